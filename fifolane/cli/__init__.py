@@ -1,0 +1,70 @@
+"""The ``fifolane`` command line. Subcommands live in their own modules and load lazily,
+so ``fifolane kafka status`` does not import Spark or the worker runtime."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import sys
+
+import click
+
+from fifolane.errors import FifolaneError
+
+__all__ = ["main", "cli"]
+
+# name -> "module:attribute" of a click command or group
+_COMMANDS: dict[str, str] = {
+    "kafka": "fifolane.cli.kafka:kafka",
+    "topics": "fifolane.cli.topics:topics",
+    "produce": "fifolane.cli.produce:produce",
+    "worker": "fifolane.cli.worker:worker",
+    "listeners": "fifolane.cli.listeners:listeners",
+    "listen": "fifolane.cli.listeners:listen",
+    "views": "fifolane.cli.views:views",
+    "demo": "fifolane.cli.demo:demo",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(
+            name for name, target in _COMMANDS.items()
+            if importlib.util.find_spec(target.split(":")[0]) is not None
+        )
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        module = importlib.import_module(module_name)
+        command: click.Command = getattr(module, attr)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def cli(verbose: int) -> None:
+    """fifolane: FIFO-group event pipeline on Apache Kafka with cluster listeners."""
+    level = os.environ.get("FIFOLANE_LOG_LEVEL") or ("DEBUG" if verbose > 1 else "INFO" if verbose else "WARNING")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def main() -> None:
+    """Console-script entry point: fifolane errors become one clear line and exit code 2."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except FifolaneError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
