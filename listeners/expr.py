@@ -1,0 +1,261 @@
+"""Compiled CEL filters and converters for listeners.
+
+Expressions are compiled once, at registration, with the Rust-backed ``cel`` package (see
+``benchmarks/cel_candidates.py`` for why): syntax errors, unknown variables, unknown functions
+and obviously mistyped results are refused there with a 0-based ``position``. A compiled
+expression also knows which variables and which top-level fields of ``value``/``old`` it reads,
+so the caller builds a context with just those (the context build, not the evaluation,
+dominates the cost per change).
+
+Expressions see ``key`` (string), ``value`` (the entity map, or null), ``old`` (the previous
+map, or null), ``kind`` (``created``/``modified``/``removed``) and ``meta`` (``partition``,
+``offset``, ``timestamp``, ``version``, ``type``). No Python code is ever evaluated.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+from fifolane.errors import ExpressionError
+from listeners._lexer import LexError, tokenize
+from listeners._parser import ParseError, parse
+from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
+
+__all__ = [
+    "VARIABLES",
+    "CompiledExpr",
+    "EvaluationError",
+    "compile_converter",
+    "compile_filter",
+    "normalize",
+]
+
+#: The only top-level names an expression may use.
+VARIABLES = ("key", "value", "old", "kind", "meta")
+
+# Functions the `cel` 0.10 runtime implements (probed; anything else fails at run time with
+# "Undefined variable or function", so it is refused at registration instead).
+_FUNCTIONS = frozenset(
+    {
+        "size", "int", "uint", "double", "string", "bytes", "type", "dyn", "duration",
+        "timestamp", "matches", "contains", "startsWith", "endsWith", "all", "exists",
+        "exists_one", "map", "filter", "getFullYear", "getMonth", "getDate", "getDayOfMonth",
+        "getDayOfWeek", "getDayOfYear", "getHours", "getMinutes", "getSeconds",
+        "getMilliseconds",
+    }
+)  # fmt: skip
+
+_POSITION = re.compile(r"<input>:(\d+):(\d+): (.*)")
+
+
+class EvaluationError(ExpressionError):
+    """An expression failed at run time (missing field, type mismatch, non-bool filter result).
+
+    Not fatal: the matcher counts it against the listener and carries on.
+    """
+
+
+def _offset(src: str, line: int, column: int) -> int:
+    """0-based offset of a 1-based (line, column) pair, columns counted in code points."""
+    lines = src.split("\n")
+    before = sum(len(x) + 1 for x in lines[: max(line - 1, 0)])
+    return min(before + max(column - 1, 0), len(src))
+
+
+def _syntax_error(role: str, src: str, exc: Exception) -> ExpressionError:
+    text = str(exc)
+    m = _POSITION.search(text)
+    if m is None:
+        return ExpressionError(f"invalid {role}: {text}", expression=src, position=None)
+    line, col, detail = int(m.group(1)), int(m.group(2)), m.group(3)
+    hint = ""
+    if "'= '" in detail or "at: '='" in detail:
+        hint = "; use '==' to compare"
+    elif "'&'" in detail or "'|'" in detail:
+        hint = "; use '&&' / '||' for and / or"
+    return ExpressionError(
+        f"invalid {role} at line {line}, column {col}: {detail}{hint}",
+        expression=src,
+        position=_offset(src, line, col),
+    )
+
+
+def normalize(src: str) -> str:
+    """Canonical text of an expression: tokens joined by one space (comments dropped).
+
+    Two filters with the same normal form are evaluated once per change.
+    """
+    try:
+        return " ".join(t.text for t in tokenize(src) if t.kind != "eof")
+    except LexError:
+        return src.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Equality:
+    """An indexable ``value.<path> == <literal>`` conjunct of a filter."""
+
+    path: tuple[str, ...]
+    literal: Any
+    rest: CompiledExpr | None
+
+
+class CompiledExpr:
+    """A compiled filter or converter and what it references.
+
+    ``variables``: the top-level names used. ``fields``: for ``value`` and ``old`` (if used),
+    the set of top-level field names read, or ``None`` when the whole map is needed.
+    ``equality``: for filters, the indexable equality conjunct, if any.
+    """
+
+    __slots__ = ("equality", "fields", "normalized", "program", "role", "source", "variables")
+
+    def __init__(
+        self,
+        source: str,
+        role: str,
+        program: Any,
+        variables: frozenset[str],
+        fields: Mapping[str, frozenset[str] | None],
+        equality: Equality | None = None,
+    ) -> None:
+        self.source = source
+        self.role = role
+        self.program = program
+        self.normalized = normalize(source)
+        self.variables = variables
+        self.fields = dict(fields)
+        self.equality = equality
+
+    def __repr__(self) -> str:
+        return f"CompiledExpr({self.role}: {self.source!r})"
+
+    @property
+    def is_state_filter(self) -> bool:
+        """True if the result depends only on the entity state (not on ``old`` or ``kind``).
+
+        Only such filters define a view; the matcher evaluates them on the old and new state.
+        """
+        return not ({"old", "kind"} & self.variables)
+
+    def evaluate(self, context: Any) -> Any:
+        """Run on a ``cel.Context`` (or a dict); raise :class:`EvaluationError` on failure."""
+        try:
+            return self.program.execute(context)
+        except Exception as exc:  # the binding raises KeyError/TypeError/ValueError/RuntimeError...
+            raise EvaluationError(
+                f"{self.role} {self.source!r} failed: {type(exc).__name__}: {exc}",
+                expression=self.source,
+            ) from exc
+
+    def test(self, context: Any) -> bool:
+        """Evaluate a filter; a non-bool result is an :class:`EvaluationError`."""
+        result = self.evaluate(context)
+        if result is True or result is False:
+            return result
+        raise EvaluationError(
+            f"filter {self.source!r} returned {type(result).__name__}, not a bool",
+            expression=self.source,
+        )
+
+    def project(self, context: Any) -> dict[str, Any]:
+        """Evaluate a converter; a result that is not a map is an :class:`EvaluationError`."""
+        result = self.evaluate(context)
+        if isinstance(result, dict):
+            return result
+        raise EvaluationError(
+            f"converter {self.source!r} returned {type(result).__name__}, not a map",
+            expression=self.source,
+        )
+
+
+def _unknown_name(
+    role: str, src: str, name: str, pos: int, valid: tuple[str, ...] | frozenset[str], what: str
+) -> ExpressionError:
+    close = difflib.get_close_matches(name, sorted(valid), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ExpressionError(
+        f"invalid {role}: unknown {what} {name!r} at offset {pos}{hint} "
+        f"(available: {', '.join(sorted(valid))})",
+        expression=src,
+        position=pos,
+    )
+
+
+def _compile(src: str, role: str) -> CompiledExpr:
+    if not isinstance(src, str) or not src.strip():
+        raise ExpressionError(
+            f"invalid {role}: the expression is empty", expression=str(src), position=0
+        )
+    try:
+        program = cel.compile(src)
+    except Exception as exc:  # the binding raises ValueError for parse errors
+        raise _syntax_error(role, src, exc) from exc
+    try:
+        root = parse(src)
+    except ParseError:
+        root = None
+    if root is None:
+        # Our analyser does not know this construct: trust the library's variable list and
+        # need everything. Comprehension variables cannot be told apart here, so the unknown
+        # variable check is skipped rather than refusing a valid expression.
+        lib_vars = frozenset(program.variables())
+        used = frozenset(v for v in lib_vars if v in VARIABLES)
+        fields: dict[str, frozenset[str] | None] = {v: None for v in ("value", "old") if v in used}
+        return CompiledExpr(src, role, program, used, fields)
+
+    info, eq = analyse(src, root)
+    for name, pos in sorted(info.variables.items(), key=lambda kv: kv[1]):
+        if name not in VARIABLES:
+            raise _unknown_name(role, src, name, pos, VARIABLES, "variable")
+    for name, pos in sorted(info.functions.items(), key=lambda kv: kv[1]):
+        if name not in _FUNCTIONS:
+            raise _unknown_name(role, src, name, pos, _FUNCTIONS, "function")
+    shape = result_shape(root)
+    if role == "filter" and shape in ("other", "map"):
+        raise ExpressionError(
+            f"invalid filter: it must return a bool (true = the change matches), but this returns "
+            f"a {'map' if shape == 'map' else 'non-bool value'}; compare it, e.g. "
+            f"`value.amount > 500.0`",
+            expression=src,
+            position=root.start,
+        )
+    if role == "converter" and shape in ("bool", "other"):
+        raise ExpressionError(
+            "invalid converter: it must return a map (the projection to send), e.g. "
+            '`{"id": key, "amount": value.amount}`',
+            expression=src,
+            position=root.start,
+        )
+    fields = {
+        var: (None if WHOLE in names else frozenset(names)) for var, names in info.fields.items()
+    }
+    compiled = CompiledExpr(src, role, program, frozenset(info.variables), fields)
+    if role == "filter" and eq is not None:
+        compiled.equality = _equality(src, eq)
+    return compiled
+
+
+def _equality(src: str, eq: EqualityConjunct) -> Equality | None:
+    try:
+        literal = cel.evaluate(eq.literal)
+        rest = _compile(eq.rest, "filter") if eq.rest is not None else None
+    except Exception:  # an unusual literal or remainder: just do not index this filter
+        return None
+    return Equality(eq.path, literal, rest)
+
+
+def compile_filter(src: str) -> CompiledExpr:
+    """Compile a listener filter (must yield a bool); raise :class:`ExpressionError` if invalid."""
+    return _compile(src, "filter")
+
+
+def compile_converter(src: str) -> CompiledExpr:
+    """Compile a listener converter (must yield a map); raise :class:`ExpressionError` if invalid."""
+    return _compile(src, "converter")
