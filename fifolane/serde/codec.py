@@ -1,0 +1,210 @@
+"""Value codecs: entity records and deletes to bytes and back.
+
+Two wire formats (docs/formats.md): Avro single-object encoding (here) and the Confluent
+wire format (:mod:`fifolane.serde.confluent`). Both share the Avro body code of
+:class:`AvroCodec`. This is the hot path of every worker: everything that can be is looked
+up once (schemas, prefixes, whether resolution is needed) and a decode is one dict lookup
+plus one ``schemaless_reader`` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from io import BytesIO
+from typing import Any, NamedTuple, Protocol
+
+from fastavro import schemaless_reader, schemaless_writer
+
+from fifolane.errors import SerializationError, UnknownSchemaError
+from fifolane.serde.catalog import SchemaCatalog, WriterSchema
+from fifolane.serde.entity import EntityType
+from fifolane.serde.fingerprint import fingerprint_bytes
+
+__all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC"]
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+_SO_HEADER = 10  # magic (2) + fingerprint (8)
+
+
+class Decoded(NamedTuple):
+    """A decoded value.
+
+    ``type`` is the entity type the value is about, also for a delete (then named by the
+    delete's ``entity_type``). ``record`` is the entity record in the type's *current*
+    schema, or for a delete the ``fifolane.Delete`` record (``entity_type``, ``key``,
+    ``group``, ``version``). ``key``/``group``/``version`` work for both.
+    """
+
+    type: EntityType
+    record: dict[str, Any]
+    is_delete: bool
+
+    @property
+    def key(self) -> Any:
+        """The entity key (a string for deletes; None if the record lacks it)."""
+        return self.record["key"] if self.is_delete else self.type.key_of(self.record)
+
+    @property
+    def group(self) -> Any:
+        """The FIFO-group value (a string for deletes; None if the record lacks it)."""
+        return self.record["group"] if self.is_delete else self.type.group_of(self.record)
+
+    @property
+    def version(self) -> Any:
+        """The version (None if the record lacks it)."""
+        return self.record["version"] if self.is_delete else self.type.version_of(self.record)
+
+
+class Codec(Protocol):
+    """What workers, producers and listeners need from a codec, whatever the wire format."""
+
+    catalog: SchemaCatalog
+
+    def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
+        """Encode an entity record of ``type_name`` with its current schema."""
+        ...
+
+    def encode_delete(self, type_name: str, key: Any, group: Any, version: int) -> bytes:
+        """Encode a ``fifolane.Delete`` of one entity (key and group are sent as strings)."""
+        ...
+
+    def decode(self, data: bytes) -> Decoded:
+        """Decode a value; UnknownSchemaError for an unknown writer schema,
+        SerializationError for anything else that is not a valid value."""
+        ...
+
+
+class AvroCodec:
+    """Shared Avro body code: subclasses supply the header (prefix) and the writer lookup."""
+
+    catalog: SchemaCatalog
+
+    def __init__(self, catalog: SchemaCatalog) -> None:
+        self.catalog = catalog
+
+    # -- encoding ----------------------------------------------------------------------
+    def _prefix(self, type_name: str) -> tuple[bytes, dict[str, Any]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
+        """Encode an entity record of ``type_name`` with its current schema."""
+        prefix, schema = self._prefix(type_name)
+        return _write(prefix, schema, record, type_name)
+
+    def encode_delete(self, type_name: str, key: Any, group: Any, version: int) -> bytes:
+        """Encode a ``fifolane.Delete`` of one entity of ``type_name``."""
+        self.catalog.entity(type_name)  # refuse deletes of unknown types at the source
+        prefix, schema = self._prefix(_DELETE)
+        record = {"entity_type": type_name, "key": str(key), "group": str(group), "version": version}
+        return _write(prefix, schema, record, _DELETE)
+
+    # -- decoding ----------------------------------------------------------------------
+    def _read(self, writer: WriterSchema, data: bytes, offset: int) -> Decoded:
+        fo = BytesIO(data)
+        fo.seek(offset)
+        try:
+            record: Any = schemaless_reader(fo, writer.schema, writer.reader)
+        except Exception as exc:  # fastavro raises many kinds on garbage; map them here, once
+            raise SerializationError(
+                f"undecodable {writer.entity.name if writer.entity else 'delete'} value "
+                f"({len(data)} bytes): {type(exc).__name__}: {exc}"
+            ) from exc
+        if fo.tell() != len(data):
+            raise SerializationError(
+                f"undecodable value: {len(data) - fo.tell()} trailing bytes after the record"
+            )
+        entity = writer.entity
+        if entity is not None:
+            # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
+            return _new_decoded(Decoded, (entity, record, False))
+        return self._delete(record)
+
+    def _delete(self, record: dict[str, Any]) -> Decoded:
+        entity = self.catalog.types.get(record["entity_type"])
+        if entity is None:
+            raise UnknownSchemaError(
+                f"delete of unknown entity type '{record['entity_type']}'; "
+                f"known types: {', '.join(sorted(self.catalog.types))}"
+            )
+        return Decoded(entity, record, True)
+
+
+_new_decoded = tuple.__new__
+
+#: Name under which codecs cache the delete schema's encoder (not a valid type name).
+_DELETE = "fifolane.Delete"
+
+
+def _write(prefix: bytes, schema: dict[str, Any], record: Mapping[str, Any], what: str) -> bytes:
+    fo = BytesIO()
+    fo.write(prefix)
+    try:
+        schemaless_writer(fo, schema, record)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
+        raise SerializationError(f"cannot encode {what}: {exc}") from exc
+    return fo.getvalue()
+
+
+class SingleObjectCodec(AvroCodec):
+    """Avro single-object encoding: ``C3 01`` + 8-byte LE fingerprint + Avro body.
+
+    Writes with the current schema of each type; reads any writer schema of the catalog
+    (current or history) and resolves it into the current schema of its type.
+    """
+
+    def __init__(self, catalog: SchemaCatalog) -> None:
+        super().__init__(catalog)
+        # Precomputed: type name -> (header bytes, parsed schema); raw fingerprint -> writer.
+        self._encoders: dict[str, tuple[bytes, dict[str, Any]]] = {
+            t.name: (SINGLE_OBJECT_MAGIC + fingerprint_bytes(t.fingerprint), t.schema)
+            for t in catalog
+        }
+        delete = catalog.delete
+        self._encoders[_DELETE] = (SINGLE_OBJECT_MAGIC + fingerprint_bytes(delete.fingerprint),
+                                   delete.schema)
+        self._writers: dict[bytes, WriterSchema] = {
+            fingerprint_bytes(fp): w for fp, w in catalog.writers.items()
+        }
+
+    def __repr__(self) -> str:
+        return f"SingleObjectCodec({self.catalog!r})"
+
+    def _prefix(self, type_name: str) -> tuple[bytes, dict[str, Any]]:
+        try:
+            return self._encoders[type_name]
+        except KeyError:
+            raise UnknownSchemaError(
+                f"unknown entity type '{type_name}'; known types: "
+                f"{', '.join(sorted(self.catalog.types))}"
+            ) from None
+
+    def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
+        """Encode an entity record of ``type_name`` with its current schema."""
+        # Inlined (no _prefix call): this runs for every record a worker writes.
+        enc = self._encoders.get(type_name)
+        if enc is None:
+            self._prefix(type_name)  # raises with the list of known types
+        assert enc is not None
+        return _write(enc[0], enc[1], record, type_name)
+
+    def decode(self, data: bytes) -> Decoded:
+        """Decode a single-object-encoded value (entity or delete)."""
+        if data is None:
+            raise SerializationError("no value (null / tombstone) to decode")
+        if data[:2] != SINGLE_OBJECT_MAGIC:
+            raise SerializationError(
+                f"not Avro single-object encoding: starts with {bytes(data[:2]).hex() or 'nothing'}"
+                f", expected c301"
+            )
+        if len(data) < _SO_HEADER:
+            raise SerializationError(
+                f"truncated single-object header: {len(data)} bytes, need {_SO_HEADER}"
+            )
+        writer = self._writers.get(data[2:_SO_HEADER])
+        if writer is None:
+            fp = int.from_bytes(data[2:_SO_HEADER], "little")
+            raise UnknownSchemaError(
+                f"unknown writer schema fingerprint {fp:#018x}: not in the catalog "
+                f"(add the schema, or an older version of it to schemas/history/)"
+            )
+        return self._read(writer, data, _SO_HEADER)
