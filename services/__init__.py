@@ -1,0 +1,1 @@
+"""fifolane's runtime services (the FIFO-group worker)."""

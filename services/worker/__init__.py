@@ -1,0 +1,19 @@
+"""The FIFO-group worker: handler API and runtime.
+
+Public names: :class:`App`, :class:`Event`, :class:`GroupState`, :class:`Output`,
+:class:`Worker`, :class:`WorkerOptions`.
+"""
+
+from services.worker.app import App, Event, GroupState, Output
+from services.worker.options import WorkerOptions
+
+__all__ = ["App", "Event", "GroupState", "Output", "Worker", "WorkerOptions"]
+
+
+def __getattr__(name: str) -> object:
+    # The runtime pulls in confluent-kafka and RocksDB; load it only when asked for.
+    if name == "Worker":
+        from services.worker.runtime import Worker
+
+        return Worker
+    raise AttributeError(name)

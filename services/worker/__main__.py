@@ -1,0 +1,13 @@
+"""``python -m services.worker [options]``: the container entry point (same as ``fifolane worker``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from fifolane.cli.worker import worker
+
+if __name__ == "__main__":
+    logging.basicConfig(level=os.environ.get("FIFOLANE_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    worker(prog_name="python -m services.worker")

@@ -1,0 +1,128 @@
+"""The handler API: what a user's application looks like.
+
+    from services.worker import App, Event, GroupState
+
+    app = App("flights")
+
+    @app.handler("reservation")
+    def on_reservation(event: Event, state: GroupState) -> None:
+        flight = state.get("flight", event.group)
+        ...
+        state.put("reservation", {**event.value, "state": "CONFIRMED"})
+
+A handler runs for one event at a time per FIFO group, in arrival order; handlers of
+different groups run concurrently. It reads and writes the entities of the event's group
+through ``state`` and may emit extra output records with ``state.emit``. Writes are
+buffered and applied only if the handler returns normally: a handler that raises leaves
+no trace (it is retried, then dead-lettered). Handlers may be ``async def`` too.
+Event types without a handler get the built-in table handler: apply the upsert or delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = ["App", "Event", "GroupState", "HandlerSpec", "Output", "table_handler"]
+
+
+@dataclass(slots=True)
+class Event:
+    """One input event, decoded. ``value`` is None for deletes."""
+
+    type: str
+    key: str
+    group: str
+    version: int
+    op: Literal["upsert", "delete"]
+    value: dict[str, Any] | None
+    partition: int
+    offset: int
+    timestamp: int
+    raw: bytes = b""
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+    @property
+    def entity_key(self) -> bytes:
+        return f"{self.type}/{self.key}".encode()
+
+
+@dataclass(slots=True, frozen=True)
+class Output:
+    """An extra record a handler sends (committed with the event's effects)."""
+
+    topic: str
+    key: bytes | str | None
+    value: bytes | str | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class GroupState(Protocol):
+    """The entities of the event's FIFO group (read your own writes)."""
+
+    def get(self, type_name: str, key: str) -> dict[str, Any] | None: ...
+
+    def put(self, type_name: str, value: dict[str, Any]) -> None: ...
+
+    def delete(self, type_name: str, key: str, version: int) -> None: ...
+
+    def scan(self, type_name: str) -> list[dict[str, Any]]: ...
+
+    def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
+             headers: Iterable[tuple[str, bytes]] = ()) -> None: ...
+
+
+HandlerFn = Callable[[Event, GroupState], Any] | Callable[[Event, GroupState], Awaitable[Any]]
+
+
+@dataclass(slots=True, frozen=True)
+class HandlerSpec:
+    """A registered handler; ``inline`` handlers are cheap and run on the poll thread."""
+
+    fn: Callable[..., Any]
+    is_async: bool
+    inline: bool = False
+
+
+def table_handler(event: Event, state: GroupState) -> None:
+    """The built-in handler: the table follows the source (the seeds' indexing case)."""
+    if event.op == "delete":
+        state.delete(event.type, event.key, event.version)
+    else:
+        assert event.value is not None
+        state.put(event.type, event.value)
+
+
+_TABLE = HandlerSpec(table_handler, is_async=False, inline=True)
+
+
+class App:
+    """A named set of handlers, found by the worker as ``--app module:attr``."""
+
+    def __init__(self, name: str = "table") -> None:
+        self.name = name
+        self._handlers: dict[str, HandlerSpec] = {}
+
+    def handler(self, *types: str, inline: bool = False) -> Callable[[HandlerFn], HandlerFn]:
+        """Register ``fn`` for the given event types (entity type names from schemas/)."""
+        if not types:
+            raise TypeError("App.handler needs at least one event type, e.g. @app.handler('reservation')")
+
+        def register(fn: HandlerFn) -> HandlerFn:
+            spec = HandlerSpec(fn, asyncio.iscoroutinefunction(fn), inline=inline)
+            for t in types:
+                if t in self._handlers:
+                    raise ValueError(f"app {self.name!r}: type {t!r} already has a handler")
+                self._handlers[t] = spec
+            return fn
+
+        return register
+
+    def handler_for(self, type_name: str) -> HandlerSpec:
+        return self._handlers.get(type_name, _TABLE)
+
+    @property
+    def types(self) -> list[str]:
+        return sorted(self._handlers)

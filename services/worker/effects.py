@@ -1,0 +1,110 @@
+"""What one handler call does: buffered entity writes and outputs, applied on success only."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from services.worker.app import Event, Output
+from services.worker.state import PartitionStore
+
+__all__ = ["CallState", "Effects", "Write"]
+
+
+class _Codec(Protocol):
+    def encode(self, type_name: str, record: dict[str, Any]) -> bytes: ...
+
+
+class _Catalog(Protocol):
+    def entity(self, type_name: str) -> Any: ...
+
+
+@dataclass(slots=True)
+class Write:
+    """One entity write: ``value``/``record`` are None for a delete."""
+
+    type: str
+    key: str
+    group: str
+    version: int
+    value: bytes | None
+    record: dict[str, Any] | None
+
+    @property
+    def entity_key(self) -> bytes:
+        return f"{self.type}/{self.key}".encode()
+
+
+@dataclass(slots=True)
+class Effects:
+    writes: dict[bytes, Write] = field(default_factory=dict)
+    outputs: list[Output] = field(default_factory=list)
+
+
+class CallState:
+    """The ``GroupState`` a handler sees: the event's group, reads see its own writes."""
+
+    __slots__ = ("event", "store", "codec", "catalog", "decode", "effects")
+
+    def __init__(self, event: Event, store: PartitionStore, codec: _Codec, catalog: _Catalog,
+                 decode: Any) -> None:
+        self.event = event
+        self.store = store
+        self.codec = codec
+        self.catalog = catalog
+        self.decode = decode  # bytes -> record dict
+        self.effects = Effects()
+
+    def get(self, type_name: str, key: str) -> dict[str, Any] | None:
+        ekey = f"{type_name}/{key}".encode()
+        w = self.effects.writes.get(ekey)
+        if w is not None:
+            return w.record
+        row = self.store.get(ekey)
+        if row is None or row.deleted or row.group != self.event.group:
+            return None
+        assert row.value is not None
+        record: dict[str, Any] = self.decode(row.value)
+        return record
+
+    def put(self, type_name: str, value: dict[str, Any]) -> None:
+        et = self.catalog.entity(type_name)
+        key, group, version = et.key_of(value), et.group_of(value), et.version_of(value)
+        if key is None or group is None or version is None:
+            raise ValueError(
+                f"put({type_name!r}): the value needs its key ({et.key_path}), "
+                f"group ({et.group_path}) and version ({et.version_field})"
+            )
+        if str(group) != self.event.group:
+            raise ValueError(
+                f"put({type_name!r}): entity belongs to group {group!r} but the handler runs "
+                f"for group {self.event.group!r}; a handler may only write its own group"
+            )
+        w = Write(type_name, str(key), str(group), int(version), self.codec.encode(type_name, value), value)
+        self.effects.writes.pop(w.entity_key, None)  # keep write order = last write
+        self.effects.writes[w.entity_key] = w
+
+    def delete(self, type_name: str, key: str, version: int) -> None:
+        self.catalog.entity(type_name)  # unknown type -> error
+        w = Write(type_name, str(key), self.event.group, int(version), None, None)
+        self.effects.writes.pop(w.entity_key, None)
+        self.effects.writes[w.entity_key] = w
+
+    def scan(self, type_name: str) -> list[dict[str, Any]]:
+        prefix = f"{type_name}/".encode()
+        out: dict[bytes, dict[str, Any]] = {}
+        for ekey, row in self.store.scan_group(self.event.group, prefix):
+            assert row.value is not None
+            out[ekey] = self.decode(row.value)
+        for ekey, w in self.effects.writes.items():
+            if ekey.startswith(prefix):
+                if w.record is None:
+                    out.pop(ekey, None)
+                else:
+                    out[ekey] = w.record
+        return list(out.values())
+
+    def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
+             headers: Iterable[tuple[str, bytes]] = ()) -> None:
+        self.effects.outputs.append(Output(topic, key, value, tuple(headers)))

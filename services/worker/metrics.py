@@ -1,0 +1,116 @@
+"""Worker counters: plain ints on the hot path, exported to Prometheus at scrape time."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Stats", "serve_metrics"]
+
+
+@dataclass
+class Stats:
+    """Every input record ends in exactly one of processed, superseded or dead_lettered."""
+
+    worker_id: str = ""
+    consumed: int = 0
+    processed: int = 0
+    superseded: int = 0
+    dead_lettered: int = 0
+    dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+    writes_superseded: int = 0
+    handler_retries: int = 0
+    state_writes: int = 0
+    outputs: int = 0
+    notifications: int = 0
+    listener_errors: int = 0
+    commits: int = 0
+    aborts: int = 0
+    last_commit_ms: float = 0.0
+    commit_ms_total: float = 0.0
+    in_flight: int = 0
+    ready_groups: int = 0
+    max_in_flight: int = 0
+    restored_records: int = 0
+    restore_total: int = 0
+    restoring: int = 0
+    lag: dict[int, int] = field(default_factory=dict)
+    assigned: list[int] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+
+    def snapshot(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["dead_letter_reasons"] = dict(self.dead_letter_reasons)
+        data["lag"] = {str(k): v for k, v in self.lag.items()}
+        data["time"] = time.time()
+        return data
+
+    def write(self, path: Path) -> None:
+        """Atomically replace a JSON snapshot (read by the demo, tests and operators)."""
+        tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.snapshot()))
+        tmp.replace(path)
+
+
+class _Collector:
+    def __init__(self, stats: Stats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        s = self.stats
+        labels = ["worker"]
+        w = [s.worker_id]
+        for name, value, doc in (
+            ("fifolane_events_consumed", s.consumed, "input records consumed"),
+            ("fifolane_events_processed", s.processed, "events handled and applied"),
+            ("fifolane_events_superseded", s.superseded, "stale or duplicate events dropped"),
+            ("fifolane_events_dead_lettered", s.dead_lettered, "records sent to the dead-letter topic"),
+            ("fifolane_handler_retries", s.handler_retries, "handler retries after an exception"),
+            ("fifolane_listener_notifications", s.notifications, "listener notifications sent"),
+            ("fifolane_listener_errors", s.listener_errors, "listener expression run-time failures"),
+            ("fifolane_commits", s.commits, "checkpoints committed"),
+            ("fifolane_aborts", s.aborts, "transactions aborted"),
+            ("fifolane_restored_records", s.restored_records, "changelog records restored"),
+        ):
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(w, value)
+            yield c
+        reasons = CounterMetricFamily("fifolane_dead_letters_by_reason", "dead letters by reason",
+                                      labels=["worker", "reason"])
+        for reason, n in s.dead_letter_reasons.items():
+            reasons.add_metric([s.worker_id, reason], n)
+        yield reasons
+        gauges: tuple[tuple[str, float, str], ...] = (
+            ("fifolane_in_flight_groups", s.in_flight, "groups with an event in flight"),
+            ("fifolane_ready_groups", s.ready_groups, "groups waiting for a handler slot"),
+            ("fifolane_restoring_partitions", s.restoring, "partitions being restored"),
+            ("fifolane_restore_total", s.restore_total, "changelog records to restore"),
+            ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint duration"),
+        )
+        for gname, gvalue, gdoc in gauges:
+            g = GaugeMetricFamily(gname, gdoc, labels=labels)
+            g.add_metric(w, gvalue)
+            yield g
+        lag = GaugeMetricFamily("fifolane_consumer_lag", "input records behind the end",
+                                labels=["worker", "partition"])
+        for p, n in s.lag.items():
+            lag.add_metric([s.worker_id, str(p)], n)
+        yield lag
+
+
+def serve_metrics(stats: Stats, port: int, addr: str = "0.0.0.0") -> int:
+    """Start the Prometheus endpoint (``/metrics``) in a daemon thread; returns the port."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    registry.register(_Collector(stats))
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    return int(server.server_port)

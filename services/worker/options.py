@@ -1,0 +1,49 @@
+"""Worker options: data only, frozen, refused at construction when invalid."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["GUARANTEES", "WorkerOptions", "default_worker_id"]
+
+GUARANTEES = ("exactly-once", "at-least-once")
+
+
+def default_worker_id() -> str:
+    """Host and pid: unique, but not stable across restarts (pass ``--worker-id`` for that)."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How a worker runs. A stable ``worker_id`` makes restarts fence the old transaction
+    at once instead of waiting for ``transaction_timeout_ms``."""
+
+    worker_id: str
+    group_id: str | None = None  # consumer group; default: fifolane-<app name>
+    concurrency: int = 16
+    guarantee: Literal["exactly-once", "at-least-once"] = "exactly-once"
+    commit_interval: float = 0.25
+    max_buffered: int = 20_000
+    retries: int = 3
+    retry_backoff: float = 0.05
+    state_dir: Path | None = None
+    metrics_port: int | None = None
+    stats_file: Path | None = None
+    transaction_timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.guarantee not in GUARANTEES:
+            raise ValueError(f"guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.commit_interval <= 0:
+            raise ValueError(f"commit_interval must be > 0 seconds, got {self.commit_interval}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")
+        if not self.worker_id or any(c.isspace() for c in self.worker_id):
+            raise ValueError(f"worker_id must be a non-empty word, got {self.worker_id!r}")

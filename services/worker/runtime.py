@@ -1,0 +1,623 @@
+"""The worker: consume the input topic, run handlers per FIFO group, commit exactly once.
+
+One poll thread owns the consumer, the producer, the stores and the scheduler. Handlers
+that are not inline run on a thread pool (sync) or an asyncio loop (async); their results
+come back through a queue and are applied on the poll thread, so every state change,
+output and notification is produced from one thread, in group order.
+
+Checkpoints: every ``commit_interval`` the worker stops taking new events, drains what it
+has (every consumed event is then processed, superseded or dead-lettered), and commits
+the produced records together with the input offsets in one Kafka transaction. Staged
+RocksDB writes are persisted after that commit. A crash at any point therefore loses
+nothing and applies nothing twice: uncommitted work is replayed from the input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from fifolane.config import Settings
+from fifolane.errors import SerializationError, UnknownSchemaError
+from fifolane.serde import SchemaCatalog, make_codec
+from services.worker.app import App, Event, HandlerSpec, Output, table_handler
+from services.worker.dlq import dead_letter_headers
+from services.worker.effects import CallState, Effects, Write
+from services.worker.metrics import Stats, serve_metrics
+from services.worker.options import WorkerOptions
+from services.worker.restore import restore_partition
+from services.worker.scheduler import GroupScheduler
+from services.worker.state import PartitionStore, Row, StoreManager
+
+__all__ = ["Worker"]
+
+log = logging.getLogger(__name__)
+
+_EOF = KafkaError._PARTITION_EOF
+_Result = tuple[Event, Effects | None, BaseException | None, int]
+
+
+class _Redeliver(Exception):
+    """Internal: the current transaction was aborted; consumption was rewound."""
+
+
+class Worker:
+    """A fifolane worker process (see the module docstring for the protocol)."""
+
+    def __init__(self, settings: Settings, app: App | None = None,
+                 options: WorkerOptions | None = None, *,
+                 catalog: SchemaCatalog | None = None, listeners: Any = None) -> None:
+        self.settings = settings
+        self.app = app or App()
+        self.opts = options or WorkerOptions(worker_id="worker")
+        self.catalog = catalog or SchemaCatalog.load(settings.schemas_dir)
+        self.codec = make_codec(settings, self.catalog)
+        self.group_id = self.opts.group_id or f"fifolane-{self.app.name}"
+        self.eos = self.opts.guarantee == "exactly-once"
+        self.stats = Stats(worker_id=self.opts.worker_id)
+        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency)
+        state_dir = self.opts.state_dir or settings.home / "state" / self.opts.worker_id
+        self.stores = StoreManager(Path(state_dir), self.group_id)
+        self.listeners = listeners  # optional change sink (cluster listeners)
+        self._completions: queue.SimpleQueue[_Result] = queue.SimpleQueue()
+        self._pool: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._assigned: set[int] = set()
+        self._next_offsets: dict[int, int] = {}  # input offsets to commit, per partition
+        self._txn_start: dict[int, int] = {}  # first input offset of the open transaction
+        self._txn_open = False
+        self._stop = threading.Event()
+        self._next_checkpoint = 0.0
+        self._next_marker = 0.0
+        self._next_stats = 0.0
+        self.consumer: Consumer | None = None
+        self.producer: Producer | None = None
+        self.metrics_port: int | None = None
+        self._state_topic = settings.state_topic
+        self._dlq_topic = settings.dlq_topic
+
+    # ------------------------------------------------------------------ lifecycle
+    def stop(self) -> None:
+        """Ask the poll loop to finish its checkpoint and leave the group."""
+        self._stop.set()
+
+    def _connect(self) -> None:
+        s, o = self.settings, self.opts
+        self.consumer = Consumer(s.kafka_config(**{
+            "group.id": self.group_id,
+            "client.id": f"{o.worker_id}-consumer",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 1_000,
+            "max.poll.interval.ms": 300_000,
+            "fetch.wait.max.ms": 50,
+        }))
+        pconf: dict[str, Any] = {
+            "client.id": f"{o.worker_id}-producer",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1 << 20,
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery_error,
+        }
+        if self.eos:
+            pconf["transactional.id"] = f"{self.group_id}-{o.worker_id}"
+            pconf["transaction.timeout.ms"] = o.transaction_timeout_ms
+        self.producer = Producer(s.kafka_config(**pconf))
+        if self.eos:
+            # Fences a previous incarnation with the same id and aborts its open transaction.
+            self.producer.init_transactions(60)
+        if o.metrics_port is not None:
+            self.metrics_port = serve_metrics(self.stats, o.metrics_port)
+            log.info("metrics on :%d/metrics", self.metrics_port)
+        self.consumer.subscribe([s.input_topic], on_assign=self._on_assign,
+                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+
+    def run(self) -> None:
+        """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
+        self._connect()
+        assert self.consumer is not None
+        log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
+                 self.group_id, self.opts.concurrency, self.opts.guarantee)
+        self._next_checkpoint = time.monotonic() + self.opts.commit_interval
+        try:
+            while not self._stop.is_set():
+                self.poll_once()
+            self.checkpoint()
+        finally:
+            self.close()
+
+    def poll_once(self) -> None:
+        """One turn of the loop: take a batch, run what is ready, checkpoint when due."""
+        consumer = self.consumer
+        assert consumer is not None
+        sched = self.sched
+        got = 0
+        if sched.queued < self.opts.max_buffered:
+            timeout = 0.0 if sched.queued else 0.1
+            msgs = consumer.consume(1000, timeout=timeout)
+            got = len(msgs)
+            try:
+                for msg in msgs:
+                    self._ingest(msg)
+            except _Redeliver:
+                return
+        self._pump(block=got == 0 and sched.in_flight > 0)
+        if time.monotonic() >= self._next_checkpoint:
+            self.checkpoint()
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            try:
+                self.consumer.close()  # revokes: our on_revoke checkpoints first
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("consumer close: %s", exc)
+            self.consumer = None
+        if self.producer is not None:
+            self.producer.flush(10)
+            self.producer = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop = None
+        self.stores.close_all()
+        self._write_stats(force=True)
+
+    # ------------------------------------------------------------------ ingest
+    def _ingest(self, msg: Any) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != _EOF:
+                log.warning("consumer error: %s", err)
+            return
+        p = msg.partition()
+        if p not in self._assigned:
+            return  # prefetched for a partition we just gave up
+        if not self._txn_open:
+            self._begin()
+        offset = msg.offset()
+        self._next_offsets[p] = offset + 1
+        self._txn_start.setdefault(p, offset)
+        self.stats.consumed += 1
+        event = self._decode(msg)
+        if event is None:
+            return
+        spec = self.app.handler_for(event.type)
+        if spec.inline and not self.sched.has_group(event.group):
+            self._run_inline(event, spec)
+        else:
+            self.sched.submit(event)
+
+    def _decode(self, msg: Any) -> Event | None:
+        value = msg.value()
+        if value is None:
+            self._dead_letter(msg, "undecodable", "null value: input records must carry an encoded event")
+            return None
+        try:
+            decoded = self.codec.decode(value)
+        except UnknownSchemaError as exc:
+            self._dead_letter(msg, "unknown-schema", str(exc))
+            return None
+        except SerializationError as exc:
+            self._dead_letter(msg, "undecodable", str(exc))
+            return None
+        et = decoded.type
+        type_name = et.name
+        record = decoded.record
+        if decoded.is_delete:
+            key, group, version = record["key"], record["group"], record["version"]
+            value_rec, op = None, "delete"
+        else:
+            key, group, version = et.key_of(record), et.group_of(record), et.version_of(record)
+            value_rec, op = record, "upsert"
+        if group is None or group == "":
+            self._dead_letter(msg, "missing-group", "the event has no FIFO-group value")
+            return None
+        mkey = msg.key()
+        group = str(group)
+        if mkey is None:
+            self._dead_letter(msg, "missing-group",
+                              "record has no key: input records must be keyed by their FIFO-group value")
+            return None
+        if mkey != group.encode():
+            self._dead_letter(msg, "missing-group",
+                              f"record key {mkey!r} differs from the event's FIFO group {group!r}")
+            return None
+        if key is None or key == "":
+            self._dead_letter(msg, "missing-key", "the event has no entity key")
+            return None
+        if version is None:
+            self._dead_letter(msg, "missing-version", "the event has no version")
+            return None
+        return Event(type_name, str(key), group, int(version), op, value_rec,  # type: ignore[arg-type]
+                     msg.partition(), msg.offset(), msg.timestamp()[1], value, msg.headers() or [])
+
+    # ------------------------------------------------------------------ handlers
+    def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
+        if spec.fn is table_handler:
+            self._apply_table(event)
+            return
+        store = self.stores.stores[event.partition]
+        if self._is_stale(store, event):
+            return
+        self._finish(self._call_sync(event, spec, store), scheduled=False)
+
+    def _start(self, event: Event) -> None:
+        """Dispatch the head event of a group (called by the scheduler)."""
+        store = self.stores.stores[event.partition]
+        spec = self.app.handler_for(event.type)
+        if spec.fn is table_handler:
+            self._apply_table(event)
+            self.sched.complete(event)
+            return
+        if self._is_stale(store, event):
+            self.sched.complete(event)
+            return
+        if spec.inline:
+            self._finish(self._call_sync(event, spec, store))
+        elif spec.is_async:
+            fut = asyncio.run_coroutine_threadsafe(self._call_async(event, spec, store), self._async_loop())
+            fut.add_done_callback(self._completed)
+        else:
+            self._thread_pool().submit(self._call_sync, event, spec, store).add_done_callback(self._completed)
+
+    def _is_stale(self, store: PartitionStore, event: Event) -> bool:
+        row = store.get(event.entity_key)
+        if row is not None and event.version <= row.version:
+            self.stats.superseded += 1
+            return True
+        return False
+
+    def _completed(self, fut: Future[_Result]) -> None:
+        self._completions.put(fut.result())
+
+    def _call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
+        attempt = 0
+        while True:
+            state = CallState(event, store, self.codec, self.catalog, self._decode_value)
+            try:
+                self._collect(state, spec.fn(event, state))
+                return event, state.effects, None, attempt
+            except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
+                if attempt >= self.opts.retries:
+                    return event, None, exc, attempt
+                time.sleep(self.opts.retry_backoff * (2**attempt))
+                attempt += 1
+
+    async def _call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
+        attempt = 0
+        while True:
+            state = CallState(event, store, self.codec, self.catalog, self._decode_value)
+            try:
+                self._collect(state, await spec.fn(event, state))
+                return event, state.effects, None, attempt
+            except Exception as exc:  # noqa: BLE001
+                if attempt >= self.opts.retries:
+                    return event, None, exc, attempt
+                await asyncio.sleep(self.opts.retry_backoff * (2**attempt))
+                attempt += 1
+
+    @staticmethod
+    def _collect(state: CallState, result: Any) -> None:
+        if result is None:
+            return
+        outputs = [result] if isinstance(result, Output) else list(result)
+        for out in outputs:
+            if not isinstance(out, Output):
+                raise TypeError(f"a handler may return None or Output records, got {type(out).__name__}")
+            state.effects.outputs.append(out)
+
+    def _decode_value(self, data: bytes) -> dict[str, Any]:
+        record: dict[str, Any] = self.codec.decode(data).record
+        return record
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.opts.concurrency, thread_name_prefix="handler")
+        return self._pool
+
+    def _async_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="handler-loop", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    def _pump(self, block: bool) -> None:
+        """Dispatch ready groups and apply finished handler calls until nothing moves."""
+        sched = self.sched
+        while True:
+            sched.dispatch(self._start)
+            try:
+                result = self._completions.get(timeout=0.005) if block else self._completions.get_nowait()
+            except queue.Empty:
+                break
+            self._finish(result)
+            block = False
+        self.stats.in_flight = sched.in_flight
+        self.stats.ready_groups = sched.ready_groups
+        self.stats.max_in_flight = sched.max_in_flight
+
+    def _finish(self, result: _Result, scheduled: bool = True) -> None:
+        event, effects, exc, retries = result
+        self.stats.handler_retries += retries
+        if exc is not None:
+            log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
+                        event.type, event.key, event.group, event.offset, retries, exc)
+            self._dead_letter_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
+        else:
+            assert effects is not None
+            self._apply(event, effects)
+            self.stats.processed += 1
+        if scheduled:
+            self.sched.complete(event)
+
+    # ------------------------------------------------------------------ effects
+    def _apply_table(self, event: Event) -> None:
+        """The built-in table handler, without the generic machinery (the hot path)."""
+        store = self.stores.stores[event.partition]
+        ekey = event.entity_key
+        old = store.get(ekey)
+        if old is not None and event.version <= old.version:
+            self.stats.superseded += 1
+            return
+        deleted = event.op == "delete"
+        new = Row(event.version, deleted, event.group, None if deleted else event.raw)
+        self._write(store, event, ekey, old, new, event.value)
+        self.stats.processed += 1
+
+    def _apply(self, event: Event, effects: Effects) -> None:
+        store = self.stores.stores[event.partition]
+        for ekey, w in effects.writes.items():
+            old = store.get(ekey)
+            if old is not None and w.version <= old.version:
+                self.stats.writes_superseded += 1
+                continue
+            self._write(store, event, ekey, old, _row(w), w.record)
+        produce = self._produce
+        for out in effects.outputs:
+            produce(out.topic, out.value, out.key, headers=list(out.headers))
+            self.stats.outputs += 1
+
+    def _write(self, store: PartitionStore, event: Event, ekey: bytes, old: Row | None,
+               new: Row, record: dict[str, Any] | None) -> None:
+        store.put(ekey, new)
+        self._produce(self._state_topic, new.value, ekey, partition=event.partition, headers=[
+            ("fifolane.type", ekey.split(b"/", 1)[0]),
+            ("fifolane.group", event.group.encode()),
+            ("fifolane.version", str(new.version).encode()),
+        ])
+        self.stats.state_writes += 1
+        if self.listeners is not None:
+            self.listeners.on_change(self, event, ekey, old, new, record)
+
+    def _produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                 partition: int = -1, headers: Any = None) -> None:
+        producer = self.producer
+        assert producer is not None
+        while True:
+            try:
+                if partition >= 0:
+                    producer.produce(topic, value, key, partition, headers=headers)
+                else:
+                    producer.produce(topic, value, key, headers=headers)
+                return
+            except BufferError:
+                producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            # In a transaction this also fails the commit, so the batch is replayed.
+            log.error("delivery to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
+
+    def _dead_letter(self, msg: Any, reason: str, error: str) -> None:
+        headers = dead_letter_headers(msg.headers(), msg.topic() or "", msg.partition(), msg.offset(),
+                                      reason, error, self.opts.worker_id)
+        self._produce(self._dlq_topic, msg.value(), msg.key(), headers=headers)
+        self.stats.dead_lettered += 1
+        self.stats.dead_letter_reasons[reason] += 1
+
+    def _dead_letter_event(self, event: Event, reason: str, error: str) -> None:
+        headers = dead_letter_headers(event.headers, self.settings.input_topic, event.partition,
+                                      event.offset, reason, error, self.opts.worker_id)
+        self._produce(self._dlq_topic, event.raw, event.group.encode(), headers=headers)
+        self.stats.dead_lettered += 1
+        self.stats.dead_letter_reasons[reason] += 1
+
+    # ------------------------------------------------------------------ checkpoints
+    def _begin(self) -> None:
+        if self.eos:
+            assert self.producer is not None
+            self.producer.begin_transaction()
+        self._txn_open = True
+
+    def drain(self) -> None:
+        """Run until every consumed event is processed, superseded or dead-lettered."""
+        while not self.sched.idle():
+            self._pump(block=True)
+
+    def checkpoint(self) -> None:
+        """Drain, then commit outputs, state and input offsets together."""
+        self._next_checkpoint = time.monotonic() + self.opts.commit_interval
+        self.drain()
+        if not self._txn_open:
+            self._write_stats()
+            return
+        producer, consumer = self.producer, self.consumer
+        assert producer is not None and consumer is not None
+        t0 = time.perf_counter()
+        offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
+        if self.eos:
+            try:
+                if offsets:
+                    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+                self._commit_with_retry()
+            except KafkaException as exc:
+                self._abort(exc)
+                return
+        else:
+            left = producer.flush(30)
+            if left:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
+            if offsets:
+                consumer.commit(offsets=offsets, asynchronous=False)
+        self._txn_open = False
+        self._persist_state()
+        self._next_offsets.clear()
+        self._txn_start.clear()
+        ms = (time.perf_counter() - t0) * 1000
+        self.stats.commits += 1
+        self.stats.last_commit_ms = ms
+        self.stats.commit_ms_total += ms
+        self._write_stats()
+
+    def _commit_with_retry(self) -> None:
+        assert self.producer is not None
+        for attempt in range(5):
+            try:
+                self.producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                if exc.args[0].retriable() and attempt < 4:
+                    continue
+                raise
+
+    def _persist_state(self) -> None:
+        now = time.monotonic()
+        refresh = now >= self._next_marker
+        if refresh:
+            self._next_marker = now + 5.0
+        consumer = self.consumer
+        assert consumer is not None
+        for p, store in self.stores.stores.items():
+            marker = None
+            if refresh:
+                # We are this partition's only writer and everything we wrote is committed:
+                # its high watermark is a safe restore start for the next owner of this store.
+                marker = consumer.get_watermark_offsets(TopicPartition(self._state_topic, p), timeout=10)[1]
+            store.commit(marker)
+
+    def _abort(self, exc: KafkaException) -> None:
+        err = exc.args[0]
+        if err.fatal():
+            log.error("fatal producer error (fenced by a newer instance?): %s", err)
+            raise exc
+        log.warning("aborting transaction: %s", err)
+        producer, consumer = self.producer, self.consumer
+        assert producer is not None and consumer is not None
+        producer.abort_transaction(30)
+        self._txn_open = False
+        self.stats.aborts += 1
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Forget uncommitted work and consume it again from the transaction's start."""
+        assert self.consumer is not None
+        for store in self.stores.stores.values():
+            store.rollback()
+        self.sched.clear()
+        while True:
+            try:
+                self._completions.get_nowait()
+            except queue.Empty:
+                break
+        for p, offset in self._txn_start.items():
+            if p in self._assigned:
+                self.consumer.seek(TopicPartition(self.settings.input_topic, p, offset))
+        self._next_offsets.clear()
+        self._txn_start.clear()
+
+    # ------------------------------------------------------------------ rebalancing
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        conf = self.settings.kafka_config()
+        for tp in partitions:
+            restore_partition(conf, self._state_topic, tp.partition, self.stores, self.stats,
+                              wait_open_txn_s=self.opts.transaction_timeout_ms / 1000 * 2)
+            self._assigned.add(tp.partition)
+        self.stats.assigned = sorted(self._assigned)
+        if self.listeners is not None:
+            self.listeners.on_assign(self, [tp.partition for tp in partitions])
+        log.info("assigned %s", [tp.partition for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            self.checkpoint()  # finish and commit in-flight work before giving it up
+        self._release(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.warning("partitions lost: %s", [tp.partition for tp in partitions])
+        if self._txn_open and self.eos:
+            assert self.producer is not None
+            try:
+                self.producer.abort_transaction(30)
+            except KafkaException as exc:
+                log.warning("abort after loss: %s", exc)
+            self._txn_open = False
+            self._rewind()
+        self._release(partitions)
+
+    def _release(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            self._assigned.discard(tp.partition)
+            self._next_offsets.pop(tp.partition, None)
+            self._txn_start.pop(tp.partition, None)
+            self.stores.close(tp.partition)
+        if self.listeners is not None:
+            self.listeners.on_release(self, [tp.partition for tp in partitions])
+        self.stats.assigned = sorted(self._assigned)
+
+    # ------------------------------------------------------------------ reporting
+    def _write_stats(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.opts.stats_file is None or (now < self._next_stats and not force):
+            return
+        self._next_stats = now + 0.5
+        consumer = self.consumer
+        if consumer is not None:
+            for p in self._assigned:
+                tp = TopicPartition(self.settings.input_topic, p)
+                try:
+                    _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                    pos = consumer.position([tp])[0].offset
+                except KafkaException:
+                    continue
+                if high >= 0 and pos >= 0:
+                    self.stats.lag[p] = high - pos
+        self.stats.write(Path(self.opts.stats_file))
+
+
+def _row(w: Write) -> Row:
+    return Row(w.version, w.value is None, w.group, w.value)
+
+
+def load_app(spec: str | None) -> App:
+    """Import ``module:attr`` (the ``--app`` option); None gives the table-only app."""
+    if not spec:
+        return App()
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    app = getattr(module, attr or "app")
+    if not isinstance(app, App):
+        raise TypeError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
+    return app
+

@@ -1,0 +1,216 @@
+"""Per-partition entity state: RocksDB underneath, an uncommitted overlay on top.
+
+Layout of one partition's RocksDB (raw bytes keys):
+
+    e:<type>/<key>            -> row: version (i64) | flags (u8) | len(group) (u16) | group | value
+    i:<group>\\x00<type>/<key> -> b""      (group index, for GroupState.scan)
+    m:changelog               -> next state-topic offset already reflected here (i64)
+
+Writes of the current checkpoint live in an in-memory overlay and reach RocksDB in one
+WriteBatch only after the Kafka transaction that carries them has committed. RocksDB is
+therefore never ahead of the changelog, and a crash needs no local undo: the restore on
+assignment replays the changelog from the stored offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
+
+__all__ = ["PartitionStore", "Row", "StoreManager"]
+
+log = logging.getLogger(__name__)
+
+_ROW = struct.Struct(">qBH")
+_OFFSET = struct.Struct(">q")
+_FLAG_DELETED = 1
+_META_CHANGELOG = b"m:changelog"
+
+
+@dataclass(slots=True)
+class Row:
+    """One entity's latest state; ``value`` is the encoded entity (None when deleted)."""
+
+    version: int
+    deleted: bool
+    group: str
+    value: bytes | None
+
+    def pack(self) -> bytes:
+        g = self.group.encode()
+        return _ROW.pack(self.version, _FLAG_DELETED if self.deleted else 0, len(g)) + g + (self.value or b"")
+
+    @staticmethod
+    def unpack(data: bytes) -> Row:
+        version, flags, glen = _ROW.unpack_from(data)
+        start = _ROW.size
+        group = data[start : start + glen].decode()
+        deleted = bool(flags & _FLAG_DELETED)
+        return Row(version, deleted, group, None if deleted else data[start + glen :])
+
+
+def _index_key(group: str, ekey: bytes) -> bytes:
+    return b"i:" + group.encode() + b"\x00" + ekey
+
+
+class PartitionStore:
+    """The state of one input partition: committed rows in RocksDB plus pending ones."""
+
+    def __init__(self, db: Rdict, partition: int, path: Path) -> None:
+        self.db = db
+        self.partition = partition
+        self.path = path
+        self.overlay: dict[bytes, Row] = {}
+        # previous committed group of overlay keys whose group changed (index clean-up)
+        self._moved: dict[bytes, str] = {}
+
+    # -- reads ------------------------------------------------------------------------
+    def get(self, ekey: bytes) -> Row | None:
+        """Latest row, pending writes first; deleted rows are returned (they keep a version)."""
+        row = self.overlay.get(ekey)
+        if row is not None:
+            return row
+        data = self.db.get(b"e:" + ekey)
+        return None if data is None else Row.unpack(data)
+
+    def committed_version(self, ekey: bytes) -> int | None:
+        data = self.db.get(b"e:" + ekey)
+        return None if data is None else _ROW.unpack_from(data)[0]
+
+    def scan_group(self, group: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Row]]:
+        """Live (not deleted) entities of a group, optionally of keys starting with prefix."""
+        seen: set[bytes] = set()
+        start = _index_key(group, prefix)
+        it = self.db.iter()
+        it.seek(start)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(start):
+                break
+            ekey = k[len(start) - len(prefix) :]
+            seen.add(ekey)
+            row = self.get(ekey)
+            if row is not None and not row.deleted and row.group == group:
+                yield ekey, row
+            it.next()
+        for ekey, row in list(self.overlay.items()):
+            if ekey not in seen and ekey.startswith(prefix) and row.group == group and not row.deleted:
+                yield ekey, row
+
+    def iter_committed(self) -> Iterator[tuple[bytes, Row]]:
+        """Every committed live entity (a consistent RocksDB snapshot)."""
+        snap = self.db.snapshot()
+        it = snap.iter()
+        it.seek(b"e:")
+        while it.valid():
+            k = it.key()
+            if not k.startswith(b"e:"):
+                break
+            row = Row.unpack(it.value())
+            if not row.deleted:
+                yield k[2:], row
+            it.next()
+
+    # -- writes -----------------------------------------------------------------------
+    def put(self, ekey: bytes, row: Row) -> None:
+        """Stage a write; it reaches RocksDB at :meth:`commit`."""
+        if ekey not in self.overlay and ekey not in self._moved:
+            prev = self.get(ekey)
+            if prev is not None and prev.group != row.group:
+                self._moved[ekey] = prev.group
+        self.overlay[ekey] = row
+
+    def commit(self, changelog_offset: int | None) -> None:
+        """Persist the staged writes (after their Kafka transaction committed)."""
+        if not self.overlay and changelog_offset is None:
+            return
+        wb = WriteBatch(raw_mode=True)
+        for ekey, row in self.overlay.items():
+            wb.put(b"e:" + ekey, row.pack())
+            wb.put(_index_key(row.group, ekey), b"")
+        for ekey, old_group in self._moved.items():
+            wb.delete(_index_key(old_group, ekey))
+        if changelog_offset is not None:
+            wb.put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
+        self.db.write(wb)
+        self.overlay.clear()
+        self._moved.clear()
+
+    def rollback(self) -> None:
+        """Forget the staged writes (their transaction aborted)."""
+        self.overlay.clear()
+        self._moved.clear()
+
+    # -- changelog restore ------------------------------------------------------------
+    @property
+    def changelog_offset(self) -> int:
+        data = self.db.get(_META_CHANGELOG)
+        return 0 if data is None else _OFFSET.unpack(data)[0]
+
+    def restore_batch(self, rows: list[tuple[bytes, Row]], next_offset: int) -> None:
+        """Apply changelog records directly (restore runs before any processing)."""
+        wb = WriteBatch(raw_mode=True)
+        for ekey, row in rows:
+            old = self.db.get(b"e:" + ekey)
+            if old is not None:
+                old_group = Row.unpack(old).group
+                if old_group != row.group:
+                    wb.delete(_index_key(old_group, ekey))
+            wb.put(b"e:" + ekey, row.pack())
+            wb.put(_index_key(row.group, ekey), b"")
+        wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
+        self.db.write(wb)
+
+
+class StoreManager:
+    """Opens one RocksDB per assigned partition, all sharing one block cache and one
+    write-buffer budget, so memory stays bounded however many partitions a worker owns."""
+
+    def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64) -> None:
+        self.root = state_dir / name
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._cache = Cache(cache_mb << 20)
+        self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(
+            write_buffer_mb << 20, False, self._cache
+        )
+        self.stores: dict[int, PartitionStore] = {}
+
+    def _options(self) -> Options:
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        table = BlockBasedOptions()
+        table.set_block_cache(self._cache)
+        opts.set_block_based_table_factory(table)
+        opts.set_write_buffer_manager(self._wbm)
+        opts.set_max_open_files(64)
+        return opts
+
+    def open(self, partition: int) -> PartitionStore:
+        store = self.stores.get(partition)
+        if store is None:
+            path = self.root / f"p{partition}"
+            store = PartitionStore(Rdict(str(path), self._options()), partition, path)
+            self.stores[partition] = store
+        return store
+
+    def close(self, partition: int) -> None:
+        store = self.stores.pop(partition, None)
+        if store is not None:
+            store.rollback()
+            store.db.close()
+
+    def wipe(self, partition: int) -> PartitionStore:
+        """Drop a partition's local state (it no longer matches the changelog) and reopen."""
+        self.close(partition)
+        shutil.rmtree(self.root / f"p{partition}", ignore_errors=True)
+        return self.open(partition)
+
+    def close_all(self) -> None:
+        for p in list(self.stores):
+            self.close(p)

@@ -1,0 +1,80 @@
+"""The built-in table handler against real Kafka: seed 001's orderings, stale drops, deletes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from worker_support import WorkerThread, read_table, reservation, send_events, wait_accounted
+
+from fifolane.config import Settings
+
+pytestmark = pytest.mark.integration
+
+ADD, DEL = "upsert", "delete"
+
+
+def _ev(op: str, rid: str, version: int, flight: str = "LH1", **kw: Any) -> tuple[str, dict[str, Any], str]:
+    return ("reservation", reservation(rid, flight, version, **kw), op)
+
+
+# (name, operations in arrival order, expected final (version, present?))
+SEED_001_CASES = [
+    ("add-add", [(ADD, 1), (ADD, 2)], (2, True)),
+    ("add-add-reversed", [(ADD, 2), (ADD, 1)], (2, True)),
+    ("add-del", [(ADD, 1), (DEL, 2)], (2, False)),
+    ("add-del-reversed", [(DEL, 2), (ADD, 1)], (2, False)),
+    ("del-add", [(DEL, 1), (ADD, 2)], (2, True)),
+    ("del-add-reversed", [(ADD, 2), (DEL, 1)], (2, True)),
+    ("duplicate", [(ADD, 1), (ADD, 1), (ADD, 1)], (1, True)),
+]
+
+
+def test_seed_001_orderings_stale_drops_and_oscillation(settings: Settings, topics: Any) -> None:
+    events = []
+    expected_superseded = 0
+    for i, (_name, ops, _exp) in enumerate(SEED_001_CASES):
+        for op, version in ops:
+            events.append(_ev(op, f"R{i}", version, flight=f"F{i % 4}", seats=version))
+    expected_superseded = 1 + 1 + 1 + 2  # the reversed cases drop one each, duplicates two
+    # A constantly changing entity: 200 versions, arriving with every other pair swapped.
+    versions = list(range(1, 201))
+    for j in range(0, 200, 2):
+        versions[j], versions[j + 1] = versions[j + 1], versions[j]
+    for v in versions:
+        events.append(_ev(ADD, "OSC", v, flight="F9", seats=v % 7 + 1))
+    expected_superseded += 100  # each swapped older version arrives after its newer one
+    n = send_events(settings, events)
+
+    with WorkerThread(settings, concurrency=4) as w:
+        wait_accounted([w], n)
+    stats = w.stats
+    assert stats.superseded == expected_superseded
+    assert stats.processed == n - expected_superseded
+    assert stats.dead_lettered == 0
+
+    table = read_table(settings)
+    for i, (name, _ops, (version, present)) in enumerate(SEED_001_CASES):
+        got_version, record = table[f"reservation/R{i}"]
+        assert got_version == version, name
+        assert (record is not None) == present, name
+        if present:
+            assert record is not None and record["seats"] == version, name
+    osc_version, osc = table["reservation/OSC"]
+    assert osc_version == 200 and osc is not None and osc["seats"] == 200 % 7 + 1
+
+
+def test_delete_version_survives_restore_on_another_worker(settings: Settings, topics: Any) -> None:
+    """An old upsert that arrives after a delete is dropped, also by a worker that restored."""
+    n1 = send_events(settings, [_ev(ADD, "A", 1), _ev(DEL, "A", 5), _ev(ADD, "B", 1)])
+    with WorkerThread(settings, worker_id="first") as w1:
+        wait_accounted([w1], n1)
+    # A different worker with an empty state directory: it must restore the delete's version.
+    n2 = send_events(settings, [_ev(ADD, "A", 3), _ev(ADD, "B", 2), _ev(ADD, "A", 6)])
+    with WorkerThread(settings, worker_id="second") as w2:
+        wait_accounted([w2], n2)
+    assert w2.stats.restored_records >= 3
+    assert (w2.stats.processed, w2.stats.superseded) == (2, 1)
+    table = read_table(settings)
+    assert table["reservation/A"][0] == 6 and table["reservation/A"][1] is not None
+    assert table["reservation/B"][0] == 2
