@@ -1,0 +1,216 @@
+"""Test helpers around one real Apache Kafka: where it comes from, deadline waits, reading topics.
+
+Where the session's Kafka comes from (first that applies):
+
+1. ``FIFOLANE_TEST_BOOTSTRAP=host:port``: an existing cluster; nothing is started or stopped.
+2. A Docker engine answers (``docker info``): testcontainers' Kafka module with ``apache/kafka``.
+3. Otherwise :class:`fifolane.cluster.LocalCluster` from the jar cache, in its own home under
+   ``.fifolane/test-kafka/<pytest pid>`` on free ports, stopped at session end.
+   ``FIFOLANE_TEST_BROKERS=3`` makes that cluster 3 nodes.
+
+Tests import the helpers directly: ``from kafka_fixtures import wait_until, consume_all``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from fifolane.config import PROJECT_ROOT, Settings
+
+__all__ = [
+    "SessionKafka",
+    "TEST_HOMES",
+    "consume_all",
+    "make_settings",
+    "start_local_cluster",
+    "start_session_kafka",
+    "wait_until",
+]
+
+T = TypeVar("T")
+#: Homes of the clusters tests start: one directory per pytest process (concurrent sessions
+#: of several developers must not share brokers), sharing the jar cache of the default home.
+TEST_HOMES = PROJECT_ROOT / ".fifolane" / "test-kafka"
+SHARED_LIBS = PROJECT_ROOT / ".fifolane" / "kafka" / "libs"
+KAFKA_IMAGE = "apache/kafka:4.1.1"
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "condition",
+) -> T:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout`` passes.
+
+    On timeout raises ``AssertionError`` with ``message`` (a string, or a callable evaluated
+    then, so it can describe the state that was reached).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for: {text}")
+        time.sleep(interval)  # the one sanctioned sleep: a poll interval under a deadline
+
+
+def make_settings(bootstrap: str, home: Path | None = None, **overrides: Any) -> Settings:
+    """Settings for one test: its own uuid-suffixed topic for every role, 3 partitions."""
+    suffix = uuid.uuid4().hex[:10]
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "input_topic": f"test.events.{suffix}",
+        "state_topic": f"test.state.{suffix}",
+        "registry_topic": f"test.listeners.{suffix}",
+        "dlq_topic": f"test.dlq.{suffix}",
+        "listener_output_topic": f"test.notifications.{suffix}",
+        "partitions": 3,
+    }
+    if home is not None:
+        values["home"] = home
+    values.update(overrides)
+    return Settings(**values)
+
+
+def consume_all(
+    source: Settings | dict[str, Any],
+    topic: str,
+    isolation: str = "read_committed",
+    timeout: float = 30.0,
+) -> list[Message]:
+    """Every record of ``topic`` from the beginning to its end offsets (as of the call).
+
+    Assigns all partitions (no consumer group, no commits). With ``read_committed`` the end
+    is the last stable offset, so open transactions are not waited for. Records come in
+    partition order within each partition.
+    """
+    conf = source.kafka_config() if isinstance(source, Settings) else dict(source)
+    conf.update({
+        "group.id": f"consume-all-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": isolation,
+    })
+    consumer = Consumer(conf)
+    try:
+        md = consumer.list_topics(topic, timeout=timeout)
+        meta = md.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise AssertionError(f"topic {topic!r} does not exist: {meta.error if meta else 'missing'}")
+        ends: dict[int, int] = {}
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return []
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        out: list[Message] = []
+        pending = set(ends)
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"reading {topic!r}: partitions {sorted(pending)} not at end after {timeout}s")
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    # The end under read_committed may sit past control records: EOF at or
+                    # beyond the end we measured means this partition is done.
+                    if (msg.offset() or 0) >= ends[msg.partition() or 0]:
+                        pending.discard(msg.partition() or 0)
+                    continue
+                raise AssertionError(f"reading {topic!r}: {err}")
+            out.append(msg)
+            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
+                pending.discard(msg.partition() or 0)
+        return out
+    finally:
+        consumer.close()
+
+
+# --- where the session's Kafka comes from ------------------------------------------------
+@dataclass
+class SessionKafka:
+    """A running Kafka for tests and how to stop it (a no-op for external clusters)."""
+
+    bootstrap: str
+    origin: str
+    stop: Callable[[], None] = field(default=lambda: None)
+    cluster: Any = None  # the LocalCluster, when one was started (fault tests kill brokers)
+
+
+def _docker_available() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=15, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _start_testcontainer() -> SessionKafka | None:
+    try:  # not a dependency: only used where Docker exists
+        from testcontainers.kafka import KafkaContainer
+    except ImportError:
+        return None
+    container = KafkaContainer(KAFKA_IMAGE).with_kraft()
+    container.start()
+    return SessionKafka(container.get_bootstrap_server(), f"testcontainers {KAFKA_IMAGE}", container.stop)
+
+
+def _reap_stale_homes() -> None:
+    """Stop clusters left behind by pytest processes that died without their teardown."""
+    from fifolane.cluster import LocalCluster
+
+    if not TEST_HOMES.is_dir():
+        return
+    for home in TEST_HOMES.iterdir():
+        owner = home.name.split("-")[0]
+        if not owner.isdigit() or Path(f"/proc/{owner}").exists():
+            continue
+        LocalCluster(home).down(timeout=5)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def start_local_cluster(brokers: int = 1, tag: str = "") -> SessionKafka:
+    """A LocalCluster on free ports in this process's own test home."""
+    from fifolane.cluster import LocalCluster
+
+    _reap_stale_homes()
+    home = TEST_HOMES / f"{os.getpid()}{tag}"
+    cluster = LocalCluster(home, brokers, libs=SHARED_LIBS)
+    cluster.up(timeout=120, fresh=True)
+
+    def stop() -> None:
+        cluster.down(timeout=15)
+        shutil.rmtree(home, ignore_errors=True)
+
+    return SessionKafka(cluster.bootstrap_servers, f"local Kafka ({brokers} node(s)) in {home}", stop, cluster)
+
+
+def start_session_kafka() -> SessionKafka:
+    """The session's Kafka: env cluster, else testcontainers, else a LocalCluster."""
+    external = os.environ.get("FIFOLANE_TEST_BOOTSTRAP")
+    if external:
+        return SessionKafka(external, "FIFOLANE_TEST_BOOTSTRAP")
+    if _docker_available():
+        started = _start_testcontainer()
+        if started is not None:
+            return started
+    return start_local_cluster(int(os.environ.get("FIFOLANE_TEST_BROKERS", "1")))
