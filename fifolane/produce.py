@@ -1,0 +1,328 @@
+"""Send events to the input topic: validate, encode, key by FIFO group, number per source.
+
+    with EventProducer(settings, source="bookings") as producer:
+        producer.send("reservation", record)             # upsert
+        producer.send("reservation", record, op="delete")
+        report = producer.produce_lines(lines, "reservation")   # JSON lines
+
+Every record carries ``fifolane.source`` and ``fifolane.seq`` headers (docs/formats.md).
+Sequence numbers come from a :class:`SequenceAllocator`: consecutive within a run, unique
+and increasing across restarts, which jump to the next durably reserved block
+("delta-well-ordered", seed 004).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from fifolane.config import Settings
+from fifolane.errors import ConfigError, SerializationError, ValidationError
+from fifolane.serde import Codec, SchemaCatalog, make_codec
+
+__all__ = [
+    "SEQ_BLOCK",
+    "EventProducer",
+    "ProduceReport",
+    "SequenceAllocator",
+    "default_source",
+]
+
+#: Numbers a source reserves at once: a restart jumps by at most this much (the seed's delta D).
+SEQ_BLOCK = 1_000_000
+HEADER_SOURCE = "fifolane.source"
+HEADER_SEQ = "fifolane.seq"
+_SOURCE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+Headers = list[tuple[str, str | bytes | None]]
+
+
+def default_source() -> str:
+    """The source id when none is given: one per host, so restarts continue its numbering."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()) or "localhost"
+    return f"cli-{host}"[:128]
+
+
+class SequenceAllocator:
+    """Hi/lo sequence numbers for one source, durable across restarts.
+
+    The file ``<home>/sources/<source>.seq`` holds the first number not yet reserved. Opening
+    reserves the next block of ``block`` numbers (written and fsynced before any is used);
+    numbers within a block are consecutive, and a restart starts at the next block, so
+    numbers never repeat even after a crash. An exclusive lock on ``<source>.seq.lock``,
+    held while the allocator is open, keeps two processes from using one source at once
+    (they would interleave, and the numbers would no longer increase with send order).
+    """
+
+    def __init__(self, path: Path, block: int = SEQ_BLOCK) -> None:
+        if block < 1:
+            raise ValueError(f"block must be >= 1, got {block}")
+        self.path = path
+        self.block = block
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = path.with_name(path.name + ".lock")
+        self._lock_fd: int | None = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            raise ConfigError(
+                f"source '{path.stem}' is in use by another producer (lock {lock_path}); "
+                f"give this one another source id (--source)"
+            ) from None
+        self._next = 0
+        self._limit = 0
+
+    def _read(self) -> int:
+        try:
+            text = self.path.read_text().strip()
+        except FileNotFoundError:
+            return 0
+        if not text.isdigit():
+            raise ConfigError(f"corrupt sequence file {self.path}: {text[:40]!r} is not a number")
+        return int(text)
+
+    def _reserve(self) -> None:
+        start = self._read()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w") as fh:
+            fh.write(f"{start + self.block}\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        dir_fd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the rename itself must survive a crash
+        finally:
+            os.close(dir_fd)
+        self._next, self._limit = start, start + self.block
+
+    def next(self) -> int:
+        """The next number; reserves a new block when the current one is used up."""
+        if self._lock_fd is None:
+            raise ConfigError(f"sequence allocator {self.path} is closed")
+        if self._next >= self._limit:
+            self._reserve()
+        number = self._next
+        self._next = number + 1
+        return number
+
+    def close(self) -> None:
+        """Release the source (the unused rest of the block is skipped by the next run)."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = None
+
+
+@dataclass
+class ProduceReport:
+    """What :meth:`EventProducer.produce_lines` did: counts, and every failure with a reason."""
+
+    sent: int = 0
+    failed: list[tuple[int, str]] = field(default_factory=list)
+    delivery_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when every line was valid and every record was delivered."""
+        return not self.failed and not self.delivery_errors
+
+
+class EventProducer:
+    """An idempotent Kafka producer of fifolane events for one source.
+
+    Not thread-safe: use one per thread (each with its own source id). ``producer_config``
+    overrides librdkafka settings; ``kafka_producer`` replaces the confluent-kafka Producer
+    (anything with its ``produce``/``poll``/``flush``), for tests without a broker.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        catalog: SchemaCatalog | None = None,
+        source: str | None = None,
+        *,
+        codec: Codec | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        kafka_producer: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.catalog = catalog or (codec.catalog if codec else SchemaCatalog.load(settings.schemas_dir))
+        self.codec: Codec = codec or make_codec(settings, self.catalog)
+        self.source = source or default_source()
+        if not _SOURCE_RE.fullmatch(self.source):
+            raise ConfigError(
+                f"invalid source id {self.source!r}: use 1-128 letters, digits, '.', '_' or '-'"
+            )
+        self.topic = settings.input_topic
+        self.delivered = 0
+        self.delivery_errors: list[str] = []
+        self._source_header = self.source.encode()
+        self._seq = SequenceAllocator(settings.home / "sources" / f"{self.source}.seq")
+        conf = settings.kafka_config(**{
+            "enable.idempotence": True,  # no duplicates or reordering on retries
+            "acks": "all",
+            "linger.ms": 5,
+            "client.id": f"fifolane-produce-{self.source}",
+        })
+        conf.update(producer_config or {})
+        # kafka_producer: anything with confluent-kafka's produce/poll/flush (unit tests).
+        try:
+            self._producer = kafka_producer if kafka_producer is not None else Producer(conf)
+        except Exception:
+            self._seq.close()
+            raise
+
+    # -- context manager ---------------------------------------------------------------
+    def __enter__(self) -> EventProducer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- sending -----------------------------------------------------------------------
+    def send(self, type_name: str, record: Mapping[str, Any], op: str = "upsert") -> int:
+        """Send an upsert (``record`` is the entity) or a delete (``record`` needs only the
+        key, group and version fields); returns its sequence number.
+
+        Raises ValidationError when the group, key or version is missing, or for an unknown
+        op; SerializationError when the record does not fit the schema.
+        """
+        entity = self.catalog.entity(type_name)
+        group, key, version = entity.group_of(record), entity.key_of(record), entity.version_of(record)
+        for role, path, value in (("FIFO-group property", entity.group_path, group),
+                                  ("entity key", entity.key_path, key),
+                                  ("version", entity.version_field, version)):
+            if value is None:
+                raise ValidationError(f"field '{path}': missing (required: the {role})")
+        if op == "upsert":
+            value_bytes = self.codec.encode(type_name, record)
+        elif op == "delete":
+            value_bytes = self.codec.encode_delete(type_name, key, group, version)
+        else:
+            raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {op!r}")
+        return self._send(str(group).encode(), value_bytes)
+
+    def send_raw(
+        self, key: bytes | None, value: bytes | None, headers: Headers | None = None,
+        *, source_headers: bool = True,
+    ) -> int | None:
+        """Send bytes as they are (tests and demos inject malformed records this way).
+
+        With ``source_headers`` the record gets this source's ``fifolane.source`` and
+        ``fifolane.seq`` first (the returned number); ``headers`` are appended.
+        """
+        if source_headers:
+            return self._send(key, value, headers)
+        self._produce(key, value, list(headers or []))
+        return None
+
+    def _send(self, key: bytes | None, value: bytes | None, extra: Headers | None = None) -> int:
+        seq = self._seq.next()
+        headers: Headers = [(HEADER_SOURCE, self._source_header), (HEADER_SEQ, str(seq).encode())]
+        if extra:
+            headers.extend(extra)
+        self._produce(key, value, headers)
+        return seq
+
+    def _produce(self, key: bytes | None, value: bytes | None, headers: Headers) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                # Local queue full: serve delivery reports until there is room again.
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.delivery_errors.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for delivery of everything sent; returns how many are still undelivered
+        (each also counted in ``delivery_errors``)."""
+        remaining = int(self._producer.flush(timeout))
+        if remaining:
+            self.delivery_errors.append(f"{remaining} record(s) not delivered within {timeout}s")
+        return remaining
+
+    def close(self) -> None:
+        """Flush and release the source."""
+        try:
+            self.flush()
+        finally:
+            self._seq.close()
+
+    # -- JSON lines --------------------------------------------------------------------
+    def produce_lines(
+        self,
+        lines: Iterable[str],
+        type_name: str,
+        *,
+        on_error: Callable[[int, str], None] | None = None,
+    ) -> ProduceReport:
+        """Validate and send JSON lines (one event each, 1-based line numbers), then flush.
+
+        A line may carry ``"op": "upsert"`` (default) or ``"delete"``; a delete needs only
+        the key, group and version fields. A line that does not validate is not sent: it
+        is listed in ``failed`` (and passed to ``on_error`` at once); the others are sent.
+        """
+        entity = self.catalog.entity(type_name)
+        report = ProduceReport()
+        errors_before = len(self.delivery_errors)
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                key, value = self._encode_line(entity.name, line)
+            except (ValidationError, SerializationError) as exc:
+                report.failed.append((line_no, str(exc)))
+                if on_error is not None:
+                    on_error(line_no, str(exc))
+                continue
+            self._send(key, value)
+            report.sent += 1
+        self.flush()
+        report.delivery_errors = self.delivery_errors[errors_before:]
+        return report
+
+    def _encode_line(self, type_name: str, line: str) -> tuple[bytes, bytes]:
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
+        op = obj.pop("op", "upsert")
+        entity = self.catalog.types[type_name]
+        if op == "upsert":
+            record = entity.validate(obj)
+            group = entity.group_of(record)
+            for role, path, value in (("FIFO-group property", entity.group_path, group),
+                                      ("entity key", entity.key_path, entity.key_of(record)),
+                                      ("version", entity.version_field, entity.version_of(record))):
+                if value is None:
+                    raise ValidationError(f"field '{path}': missing (required: the {role})")
+            return str(group).encode(), self.codec.encode(type_name, record)
+        if op == "delete":
+            delete = entity.delete_record(obj)
+            value = self.codec.encode_delete(type_name, delete["key"], delete["group"], delete["version"])
+            return delete["group"].encode(), value
+        raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {op!r}")
