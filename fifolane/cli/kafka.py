@@ -1,0 +1,96 @@
+"""``fifolane kafka up|status|down|fetch``: the local Apache Kafka (real jars, KRaft, JVMs)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fifolane.cluster import KAFKA_VERSION, LocalCluster
+from fifolane.cluster.jars import jars_present
+from fifolane.config import load_settings
+
+__all__ = ["kafka"]
+
+# The first broker of the default cluster prefers Kafka's usual port, so tools that assume
+# localhost:9092 work; a busy 9092 just means another free port.
+_PREFERRED_PORT = 9092
+
+
+def _cluster(brokers: int = 1) -> LocalCluster:
+    return LocalCluster(load_settings().home, brokers, preferred_port=_PREFERRED_PORT)
+
+
+def _fetch_with_progress(cluster: LocalCluster, console: Console) -> None:
+    if jars_present(cluster.libs):
+        return
+    started = time.monotonic()
+    with console.status(f"downloading Apache Kafka {KAFKA_VERSION} jars from Maven Central into {cluster.libs} ..."):
+        cluster.fetch()
+    console.print(f"fetched Kafka {KAFKA_VERSION} jars in {time.monotonic() - started:.1f}s")
+
+
+@click.group()
+def kafka() -> None:
+    """Run Apache Kafka locally (KRaft, combined broker+controller nodes)."""
+
+
+@kafka.command()
+@click.option("--brokers", type=click.Choice(["1", "3"]), default="1", show_default=True,
+              help="3 = replication factor 3, min ISR 2.")
+@click.option("--timeout", type=float, default=90.0, show_default=True, help="Seconds to wait for the cluster.")
+@click.option("--fresh", is_flag=True, help="Wipe earlier broker data first.")
+def up(brokers: str, timeout: float, fresh: bool) -> None:
+    """Start the cluster (idempotent) and print its bootstrap servers."""
+    console = Console(stderr=True)
+    cluster = _cluster(int(brokers))
+    _fetch_with_progress(cluster, console)
+    started = time.monotonic()
+    with console.status(f"starting {brokers} Kafka node(s) ..."):
+        status = cluster.up(timeout=timeout, fresh=fresh)
+    if status.already_running:
+        console.print(f"already running ({len(status.brokers)} node(s))")
+    else:
+        console.print(f"started {len(status.brokers)} node(s) in {time.monotonic() - started:.1f}s; "
+                      f"logs: {cluster.dir}/node-*/server.log")
+    click.echo(status.bootstrap_servers)
+
+
+@kafka.command()
+def status() -> None:
+    """Show the nodes of the local cluster; exit code 1 if it is not fully running."""
+    cluster = _cluster()
+    current = cluster.status()
+    if current.bootstrap_servers is None:
+        click.echo(f"not running (no {cluster.state_file})")
+        raise SystemExit(1)
+    table = Table(title=f"local Kafka {KAFKA_VERSION}: {current.bootstrap_servers}")
+    for column in ("node", "pid", "alive", "port", "controller port", "log"):
+        table.add_column(column)
+    for b in current.brokers:
+        table.add_row(str(b.node_id), str(b.pid or "-"), "yes" if b.alive else "NO", str(b.port),
+                      str(b.controller_port), str(b.log_file))
+    Console().print(table)
+    if not current.running:
+        raise SystemExit(1)
+
+
+@kafka.command()
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds before SIGKILL.")
+def down(timeout: float) -> None:
+    """Stop the nodes `up` started (SIGTERM, then SIGKILL after --timeout)."""
+    stopped = _cluster().down(timeout=timeout)
+    click.echo(f"stopped {len(stopped)} node(s)" if stopped else "not running")
+
+
+@kafka.command()
+def fetch() -> None:
+    """Download the Kafka jars into the cache only (no broker is started)."""
+    console = Console(stderr=True)
+    cluster = _cluster()
+    if jars_present(cluster.libs):
+        console.print(f"Kafka {KAFKA_VERSION} jars already in {cluster.libs}")
+        return
+    _fetch_with_progress(cluster, console)
