@@ -29,6 +29,7 @@ __all__ = [
     "create_topic",
     "describe_topics",
     "ensure_topics",
+    "role_names",
     "topic_specs",
 ]
 
@@ -67,7 +68,8 @@ class TopicState:
     created: bool = False
 
 
-def _role_names(settings: Settings) -> dict[str, str]:
+def role_names(settings: Settings) -> dict[str, str]:
+    """Topic name of every role, by role, from the settings."""
     return {
         "input": settings.input_topic,
         "state": settings.state_topic,
@@ -79,7 +81,7 @@ def _role_names(settings: Settings) -> dict[str, str]:
 
 def topic_specs(settings: Settings, partitions: int, history_window_ms: int | None = None) -> list[TopicSpec]:
     """The five roles for ``partitions`` input partitions (docs/formats.md, "Topic roles")."""
-    names = _role_names(settings)
+    names = role_names(settings)
     lag = str(DEFAULT_HISTORY_WINDOW_MS if history_window_ms is None else history_window_ms)
     delete = {"cleanup.policy": "delete"}
     compact = {"cleanup.policy": "compact"}
@@ -107,7 +109,7 @@ def _existing(admin: AdminClient, names: list[str], timeout: float) -> dict[str,
         md = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
         raise TopicConfigError(f"cannot list topics: {exc}") from exc
-    present = [n for n in names if n in md.topics and md.topics[n].error is None]
+    present = sorted({n for n in names if n in md.topics and md.topics[n].error is None})
     if not present:
         return {}
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
@@ -218,15 +220,19 @@ def ensure_topics(
     an explicit value that differs from an existing input topic is refused. Raises
     :class:`TopicConfigError` listing every problem found, before creating anything.
     """
+    names = role_names(settings)
+    shared = {n for n in names.values() if list(names.values()).count(n) > 1}
+    if shared:
+        roles = ", ".join(f"{r}={n}" for r, n in names.items() if n in shared)
+        raise TopicConfigError(f"roles must use distinct topics, but {roles}; fix the FIFOLANE_*_TOPIC settings")
     admin = _admin(settings)
     rf = replication_factor or settings.replication_factor
-    names = _role_names(settings)
     existing = _existing(admin, list(names.values()), timeout)
     current_input = existing.get(names["input"])
     if current_input is not None and partitions is not None and current_input.partitions != partitions:
         raise TopicConfigError(
             f"topic {current_input.name!r} (input): partitions is {current_input.partitions}, "
-            f"expected {partitions}; adding partitions moves groups between partitions and breaks "
+            f"expected {partitions}; changing it moves groups to other partitions and breaks "
             f"per-group order; fix: drop --partitions, or use a new input topic name (FIFOLANE_INPUT_TOPIC)"
         )
     n = current_input.partitions if current_input else partitions or settings.partitions
@@ -258,7 +264,7 @@ def ensure_topics(
 
 def describe_topics(settings: Settings, timeout: float = 30.0) -> dict[str, TopicState | None]:
     """Every role's topic as it exists now (None if missing)."""
-    names = _role_names(settings)
+    names = role_names(settings)
     existing = _existing(_admin(settings), list(names.values()), timeout)
     return {
         role: replace(existing[name], role=role) if name in existing else None

@@ -1,0 +1,62 @@
+"""``fifolane topics create|describe``: the topic roles of docs/formats.md."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from fifolane.config import load_settings
+from fifolane.topics import DEFAULT_HISTORY_WINDOW_MS, describe_topics, ensure_topics, role_names
+
+__all__ = ["topics"]
+
+
+@click.group()
+def topics() -> None:
+    """Create and inspect the input, state, registry, dead-letter and listener-output topics."""
+
+
+@topics.command()
+@click.option("--partitions", type=click.IntRange(min=1), default=None,
+              help="Input partitions (default: the existing input topic's, else FIFOLANE_PARTITIONS).")
+@click.option("--replication-factor", type=click.IntRange(min=1), default=None,
+              help="Default: FIFOLANE_REPLICATION_FACTOR.")
+@click.option("--history-window", "history_window_ms", type=click.IntRange(min=0),
+              default=DEFAULT_HISTORY_WINDOW_MS, show_default=True,
+              help="State topic min.compaction.lag.ms: how far back 'as of' views can reach.")
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+def create(partitions: int | None, replication_factor: int | None, history_window_ms: int, timeout: float) -> None:
+    """Create the missing role topics; refuse existing ones with a wrong config (idempotent)."""
+    states = ensure_topics(
+        load_settings(), partitions, replication_factor, history_window_ms=history_window_ms, timeout=timeout
+    )
+    for role, state in states.items():
+        verb = "created" if state.created else "exists "
+        click.echo(f"{verb} {role:<16} {state.name} ({state.partitions} partitions, "
+                   f"replication {state.replication_factor})")
+
+
+@topics.command()
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+def describe(timeout: float) -> None:
+    """Show each role's topic: name, partitions, replication and key configs."""
+    settings = load_settings()
+    table = Table(title=f"fifolane topics on {settings.resolved_bootstrap()}")
+    for column in ("role", "topic", "partitions", "replication", "cleanup.policy",
+                   "min.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas"):
+        table.add_column(column, overflow="fold")
+    missing = False
+    names = role_names(settings)
+    for role, state in describe_topics(settings, timeout=timeout).items():
+        if state is None:
+            missing = True
+            table.add_row(role, names[role], "[red]missing[/red]", "", "", "", "", "")
+            continue
+        cfg = state.config
+        table.add_row(role, state.name, str(state.partitions), str(state.replication_factor),
+                      cfg.get("cleanup.policy", ""), cfg.get("min.compaction.lag.ms", ""),
+                      cfg.get("delete.retention.ms", ""), cfg.get("min.insync.replicas", ""))
+    Console().print(table)
+    if missing:
+        click.echo("some topics are missing: run `fifolane topics create`", err=True)
