@@ -33,34 +33,26 @@ class Token:
     end: int
 
 
-# Order matters: longer operators first, triple quotes before single ones.
-_STRING = r"""(?P<prefix>[rRbB]{0,2})(?P<quote>\"\"\"|'''|"|')"""
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("ws", re.compile(r"\s+|//[^\n]*")),
-    ("double", re.compile(r"(\d+\.\d*|\.\d+)([eE][+-]?\d+)?|\d+[eE][+-]?\d+")),
-    ("uint", re.compile(r"(0[xX][0-9a-fA-F]+|\d+)[uU]")),
-    ("int", re.compile(r"0[xX][0-9a-fA-F]+|\d+")),
-    ("string", re.compile(_STRING)),
-    ("ident", re.compile(r"[A-Za-z_][A-Za-z0-9_]*")),
-    ("op", re.compile(r"==|!=|<=|>=|&&|\|\||[<>+\-*/%!?:.,()\[\]{}]")),
-]
-
-
-def _scan_string(src: str, pos: int, prefix: str, quote: str) -> int:
-    """Return the end offset of the string literal whose opening quote ends at ``pos``."""
-    raw = "r" in prefix.lower()
-    i = pos
-    while i < len(src):
-        if src.startswith(quote, i):
-            return i + len(quote)
-        ch = src[i]
-        if ch == "\\" and not raw:
-            i += 2
-            continue
-        if ch == "\n" and len(quote) == 1:
-            break
-        i += 1
-    raise LexError("unterminated string literal", pos - len(quote) - len(prefix))
+# One master pattern; alternatives are tried in order, so longer forms come first.
+# Raw strings (r"...") have no escapes; others may escape the quote with a backslash.
+_RAW_STR = r'''(?:[rR][bB]?|[bB][rR])(?:"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\n]*"|'[^'\n]*')'''
+_STR = (
+    r'''[bB]?(?:"""(?:\\[\s\S]|[^\\])*?"""|\'\'\'(?:\\[\s\S]|[^\\])*?\'\'\''''
+    r"""|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')"""
+)
+_MASTER = re.compile(
+    "|".join(
+        [
+            r"(?P<ws>\s+|//[^\n]*)",
+            rf"(?P<string>{_RAW_STR}|{_STR})",
+            r"(?P<double>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)",
+            r"(?P<uint>(?:0[xX][0-9a-fA-F]+|\d+)[uU])",
+            r"(?P<int>0[xX][0-9a-fA-F]+|\d+)",
+            r"(?P<ident>[A-Za-z_][A-Za-z0-9_]*)",
+            r"(?P<op>==|!=|<=|>=|&&|\|\||[<>+\-*/%!?:.,()\[\]{}])",
+        ]
+    )
+)
 
 
 def tokenize(src: str) -> list[Token]:
@@ -68,26 +60,20 @@ def tokenize(src: str) -> list[Token]:
     tokens: list[Token] = []
     pos = 0
     n = len(src)
+    match = _MASTER.match
     while pos < n:
-        for kind, pattern in _PATTERNS:
-            m = pattern.match(src, pos)
-            if not m or m.end() == pos:
-                continue
-            if kind == "string":
-                prefix, quote = m.group("prefix"), m.group("quote")
-                # A prefix that is not r/b/rb/br is an identifier followed by a quote: not ours.
-                if prefix and prefix.lower() not in ("r", "b", "rb", "br"):
-                    continue
-                end = _scan_string(src, m.end(), prefix, quote)
-                kind = "bytes" if "b" in prefix.lower() else "string"
-                tokens.append(Token(kind, src[pos:end], pos, end))
-                pos = end
-            else:
-                if kind != "ws":
-                    tokens.append(Token(kind, m.group(), pos, m.end()))
-                pos = m.end()
-            break
-        else:
+        m = match(src, pos)
+        if m is None:
             raise LexError(f"unexpected character {src[pos]!r}", pos)
+        kind = m.lastgroup or "op"
+        end = m.end()
+        if kind == "string":
+            text = m.group()
+            quote = min(i for i in (text.find('"'), text.find("'")) if i >= 0)
+            kind = "bytes" if "b" in text[:quote].lower() else "string"
+            tokens.append(Token(kind, text, pos, end))
+        elif kind != "ws":
+            tokens.append(Token(kind, m.group(), pos, end))
+        pos = end
     tokens.append(Token("eof", "", n, n))
     return tokens

@@ -116,11 +116,8 @@ class MapLit(Node):
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
-        try:
-            self.tokens = tokenize(src)
-        except LexError as exc:
-            raise ParseError(str(exc), exc.position) from exc
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
         self.i = 0
 
     # -- token helpers --------------------------------------------------------------------
@@ -278,6 +275,14 @@ class _Parser:
         return entries
 
 
-def parse(src: str) -> Node:
-    """Parse ``src`` into an AST; raise :class:`ParseError` if it is outside what we analyse."""
+def parse(src: str | list[Token]) -> Node:
+    """Parse ``src`` (text or its tokens) into an AST.
+
+    Raise :class:`ParseError` if it is outside what the analyser understands.
+    """
+    if isinstance(src, str):
+        try:
+            src = tokenize(src)
+        except LexError as exc:
+            raise ParseError(str(exc), exc.position) from exc
     return _Parser(src).parse()

@@ -15,6 +15,7 @@ map, or null), ``kind`` (``created``/``modified``/``removed``) and ``meta`` (``p
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 import cel
 
 from fifolane.errors import ExpressionError
-from listeners._lexer import LexError, tokenize
+from listeners._lexer import LexError, Token, tokenize
 from listeners._parser import ParseError, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
 
@@ -86,15 +87,16 @@ def _syntax_error(role: str, src: str, exc: Exception) -> ExpressionError:
     )
 
 
-def normalize(src: str) -> str:
+def normalize(src: str, tokens: list[Token] | None = None) -> str:
     """Canonical text of an expression: tokens joined by one space (comments dropped).
 
     Two filters with the same normal form are evaluated once per change.
     """
     try:
-        return " ".join(t.text for t in tokenize(src) if t.kind != "eof")
+        toks = tokens if tokens is not None else tokenize(src)
     except LexError:
         return src.strip()
+    return " ".join(t.text for t in toks if t.kind != "eof")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +126,12 @@ class CompiledExpr:
         variables: frozenset[str],
         fields: Mapping[str, frozenset[str] | None],
         equality: Equality | None = None,
+        normalized: str | None = None,
     ) -> None:
         self.source = source
         self.role = role
         self.program = program
-        self.normalized = normalize(source)
+        self.normalized = normalized if normalized is not None else normalize(source)
         self.variables = variables
         self.fields = dict(fields)
         self.equality = equality
@@ -188,7 +191,10 @@ def _unknown_name(
     )
 
 
+@functools.lru_cache(maxsize=8192)
 def _compile(src: str, role: str) -> CompiledExpr:
+    # Cached: registrations repeat (spec validation, then the matcher; many listeners share a
+    # filter) and a CompiledExpr is never mutated after this function returns.
     if not isinstance(src, str) or not src.strip():
         raise ExpressionError(
             f"invalid {role}: the expression is empty", expression=str(src), position=0
@@ -198,9 +204,14 @@ def _compile(src: str, role: str) -> CompiledExpr:
     except Exception as exc:  # the binding raises ValueError for parse errors
         raise _syntax_error(role, src, exc) from exc
     try:
-        root = parse(src)
+        tokens: list[Token] | None = tokenize(src)
+    except LexError:
+        tokens = None
+    try:
+        root = parse(tokens) if tokens is not None else None
     except ParseError:
         root = None
+    normalized = normalize(src, tokens)
     if root is None:
         # Our analyser does not know this construct: trust the library's variable list and
         # need everything. Comprehension variables cannot be told apart here, so the unknown
@@ -208,7 +219,7 @@ def _compile(src: str, role: str) -> CompiledExpr:
         lib_vars = frozenset(program.variables())
         used = frozenset(v for v in lib_vars if v in VARIABLES)
         fields: dict[str, frozenset[str] | None] = {v: None for v in ("value", "old") if v in used}
-        return CompiledExpr(src, role, program, used, fields)
+        return CompiledExpr(src, role, program, used, fields, normalized=normalized)
 
     info, eq = analyse(src, root)
     for name, pos in sorted(info.variables.items(), key=lambda kv: kv[1]):
@@ -236,13 +247,11 @@ def _compile(src: str, role: str) -> CompiledExpr:
     fields = {
         var: (None if WHOLE in names else frozenset(names)) for var, names in info.fields.items()
     }
-    compiled = CompiledExpr(src, role, program, frozenset(info.variables), fields)
-    if role == "filter" and eq is not None:
-        compiled.equality = _equality(src, eq)
-    return compiled
+    equality = _equality(eq) if role == "filter" and eq is not None else None
+    return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized)
 
 
-def _equality(src: str, eq: EqualityConjunct) -> Equality | None:
+def _equality(eq: EqualityConjunct) -> Equality | None:
     try:
         literal = cel.evaluate(eq.literal)
         rest = _compile(eq.rest, "filter") if eq.rest is not None else None

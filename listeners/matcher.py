@@ -23,7 +23,6 @@ A filter that fails at run time counts as not matching; the error is counted per
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -93,16 +92,6 @@ class ListenerStats:
     notifications: int = 0
     errors: int = 0
     last_error: str | None = None
-
-
-@functools.lru_cache(maxsize=4096)
-def _filter(src: str) -> CompiledExpr:
-    return compile_filter(src)
-
-
-@functools.lru_cache(maxsize=4096)
-def _converter(src: str) -> CompiledExpr:
-    return compile_converter(src)
 
 
 class _Listener:
@@ -236,8 +225,8 @@ class ListenerSet:
             raise ListenerError(
                 f"listener {spec.name!r}: kinds must be a non-empty subset of {sorted(KINDS)}"
             )
-        expr = _filter(spec.filter)
-        converter = _converter(spec.convert) if spec.convert else None
+        expr = compile_filter(spec.filter)
+        converter = compile_converter(spec.convert) if spec.convert else None
         if spec.name in self._listeners:
             self.remove(spec.name)
         entry = self._filters.get(expr.normalized)
