@@ -1,0 +1,71 @@
+"""Bad input goes to the dead-letter topic with its reason; everything else is processed."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from worker_support import CATALOG, WorkerThread, read_dlq, read_table, reservation, send_events, wait_accounted
+
+from fifolane.config import Settings
+from fifolane.serde import make_codec
+from services.worker import App, Event, GroupState
+
+pytestmark = pytest.mark.integration
+
+
+def _app() -> App:
+    app = App("dlq-test")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        if event.value["customer_id"] == "poison":
+            raise RuntimeError("cannot book for poison")
+        state.put("reservation", event.value)
+
+    return app
+
+
+def test_each_bad_record_is_dead_lettered_with_its_reason(settings: Settings, topics: Any) -> None:
+    codec = make_codec(settings, CATALOG)
+    good = codec.encode("reservation", reservation("R1", "LH1", 1))
+    raw = Producer(settings.kafka_config())
+    bad = [
+        (b"LH1", b"\x00garbage", "undecodable"),
+        (b"LH1", good[:12], "undecodable"),  # truncated Avro body
+        (b"LH1", b"\xc3\x01" + struct.pack("<q", 12345) + good[10:], "unknown-schema"),
+        (None, codec.encode("reservation", reservation("R2", "LH1", 1)), "missing-group"),
+        (b"LH1", codec.encode("reservation", reservation("R3", "", 1)), "missing-group"),
+        (b"LH1", codec.encode("reservation", reservation("", "LH1", 1)), "missing-key"),
+        (b"LH1", None, "undecodable"),
+    ]
+    for key, value, _reason in bad:
+        raw.produce(settings.input_topic, value, key)
+    assert raw.flush(30) == 0
+    goods = [("reservation", reservation(f"G{i}", f"LH{i % 3}", 1), "upsert") for i in range(30)]
+    poison = [("reservation", reservation("P1", "LH0", 1, customer="poison"), "upsert")]
+    after = [("reservation", reservation("G-after", "LH0", 1), "upsert")]  # same group as the poison
+    n = len(bad) + send_events(settings, goods + poison + after)
+
+    with WorkerThread(settings, _app(), concurrency=4, retries=2, retry_backoff=0.01) as w:
+        wait_accounted([w], n)
+    assert w.stats.processed == len(goods) + len(after)
+    assert w.stats.dead_lettered == len(bad) + 1
+    assert w.stats.handler_retries == 2
+
+    letters = read_dlq(settings)
+    reasons = sorted(d["reason"] for d in letters)
+    assert reasons == sorted([r for _k, _v, r in bad] + ["handler-error"])
+    poisoned = next(d for d in letters if d["reason"] == "handler-error")
+    assert "RuntimeError: cannot book for poison" in poisoned["error"]
+    assert poisoned["topic"] == settings.input_topic and poisoned["worker"] == "w1"
+    assert int(poisoned["offset"]) >= 0 and poisoned["key"] == b"LH0"
+    for d in letters:
+        assert d["topic"] == settings.input_topic and d["error"]
+    # the poisoned group went on; every good record is in the table
+    table = read_table(settings)
+    assert {k for k, v in table.items() if v[1] is not None} == {f"reservation/G{i}" for i in range(30)} | {
+        "reservation/G-after"}
