@@ -217,7 +217,10 @@ def ensure_topics(
     """Create the missing role topics and validate the existing ones; returns them by role.
 
     ``partitions`` defaults to the existing input topic's count, else ``settings.partitions``;
-    an explicit value that differs from an existing input topic is refused. Raises
+    an explicit value that differs from an existing input topic is refused.
+    ``replication_factor`` defaults to ``settings.replication_factor``; -1 means the brokers'
+    ``default.replication.factor`` (what docker-compose uses, so one command fits 1 or 3
+    brokers). Raises
     :class:`TopicConfigError` listing every problem found, before creating anything.
     """
     names = role_names(settings)
@@ -259,6 +262,11 @@ def ensure_topics(
         result[spec.role] = TopicState(spec.role, spec.name, count, rf, dict(spec.config), created=True)
     if created_names:
         _wait_for_leaders(admin, created_names, timeout)
+        # Read back what the broker made (replication -1 = its default.replication.factor).
+        made = _existing(admin, created_names, timeout)
+        for role, state in result.items():
+            if state.name in made:
+                result[role] = replace(made[state.name], role=role, created=True)
     return result
 
 

@@ -20,14 +20,16 @@ def topics() -> None:
 @topics.command()
 @click.option("--partitions", type=click.IntRange(min=1), default=None,
               help="Input partitions (default: the existing input topic's, else FIFOLANE_PARTITIONS).")
-@click.option("--replication-factor", type=click.IntRange(min=1), default=None,
-              help="Default: FIFOLANE_REPLICATION_FACTOR.")
+@click.option("--replication-factor", type=click.IntRange(min=-1), default=None,
+              help="Default: FIFOLANE_REPLICATION_FACTOR; -1 = the brokers' default.replication.factor.")
 @click.option("--history-window", "history_window_ms", type=click.IntRange(min=0),
               default=DEFAULT_HISTORY_WINDOW_MS, show_default=True,
               help="State topic min.compaction.lag.ms: how far back 'as of' views can reach.")
 @click.option("--timeout", type=float, default=30.0, show_default=True)
 def create(partitions: int | None, replication_factor: int | None, history_window_ms: int, timeout: float) -> None:
     """Create the missing role topics; refuse existing ones with a wrong config (idempotent)."""
+    if replication_factor == 0:
+        raise click.BadParameter("must be >= 1, or -1 for the brokers' default", param_hint="--replication-factor")
     states = ensure_topics(
         load_settings(), partitions, replication_factor, history_window_ms=history_window_ms, timeout=timeout
     )
