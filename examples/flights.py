@@ -1,0 +1,92 @@
+"""The seeds' example: seat reservations per flight, one flight at a time.
+
+Run it with ``fifolane worker --app examples.flights:app``.
+
+A reservation is CONFIRMED when the flight still has room for its seats, otherwise
+REJECTED; a cancellation (state CANCELLED) or a delete gives its seats back. That is only
+correct if the reservations of one flight are handled one at a time and in arrival order:
+exactly what the FIFO group (``flight_number``) guarantees, while different flights are
+handled concurrently. Seats sold are kept in a ``flight_load`` entity of the flight's group.
+
+:func:`reference` computes the same result sequentially from the input, for checking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from services.worker import App, Event, GroupState
+
+__all__ = ["app", "decide", "reference"]
+
+app = App("flights")
+
+
+def decide(res: dict[str, Any], prev: dict[str, Any] | None, capacity: int | None,
+           sold: int) -> tuple[dict[str, Any], int]:
+    """The booking rule: the reservation as stored, and the flight's new seats sold."""
+    held = prev["seats"] if prev is not None and prev["state"] == "CONFIRMED" else 0
+    sold -= held
+    if res["state"] == "CANCELLED":
+        return res, sold
+    if capacity is not None and sold + res["seats"] <= capacity:
+        return {**res, "state": "CONFIRMED"}, sold + res["seats"]
+    return {**res, "state": "REJECTED"}, sold
+
+
+@app.handler("reservation")
+def on_reservation(event: Event, state: GroupState) -> None:
+    load = state.get("flight_load", event.group)
+    sold = load["seats_sold"] if load else 0
+    load_version = load["version"] if load else 0
+    prev = state.get("reservation", event.key)
+    if event.op == "delete":
+        state.delete("reservation", event.key, event.version)
+        new_sold = sold - (prev["seats"] if prev and prev["state"] == "CONFIRMED" else 0)
+    else:
+        assert event.value is not None
+        flight = state.get("flight", event.group)
+        stored, new_sold = decide(event.value, prev, flight["capacity"] if flight else None, sold)
+        state.put("reservation", stored)
+    if new_sold != sold or load is None:
+        state.put("flight_load", {"flight_number": event.group, "seats_sold": new_sold,
+                                  "version": load_version + 1})
+
+
+def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, dict[str, Any]]:
+    """The expected table after ``(type, record, op)`` events, handled one by one in order.
+
+    Applies the same stale-drop (version per entity) as the worker. Returns entity key
+    (``type/key``) -> record for live entities.
+    """
+    table: dict[str, dict[str, Any]] = {}
+    versions: dict[str, int] = {}
+    for type_name, record, op in events:
+        key_field = "reservation_id" if type_name == "reservation" else "flight_number"
+        ekey = f"{type_name}/{record[key_field]}"
+        if ekey in versions and record["version"] <= versions[ekey]:
+            continue  # stale: dropped before the handler
+        versions[ekey] = record["version"]
+        if type_name == "flight":
+            if op == "delete":
+                table.pop(ekey, None)
+            else:
+                table[ekey] = record
+            continue
+        group = record["flight_number"]
+        lkey = f"flight_load/{group}"
+        load = table.get(lkey)
+        sold = load["seats_sold"] if load else 0
+        prev = table.get(ekey)
+        if op == "delete":
+            table.pop(ekey, None)
+            new_sold = sold - (prev["seats"] if prev and prev["state"] == "CONFIRMED" else 0)
+        else:
+            flight = table.get(f"flight/{group}")
+            stored, new_sold = decide(record, prev, flight["capacity"] if flight else None, sold)
+            table[ekey] = stored
+        if new_sold != sold or load is None:
+            table[lkey] = {"flight_number": group, "seats_sold": new_sold,
+                           "version": (load["version"] if load else 0) + 1}
+    return table
