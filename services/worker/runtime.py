@@ -442,6 +442,22 @@ class Worker:
         self.stats.dead_lettered += 1
         self.stats.dead_letter_reasons[reason] += 1
 
+    # ------------------------------------------------------------------ for change sinks
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                partition: int = -1, headers: Any = None) -> None:
+        """Send a record inside the current checkpoint's transaction (opened if needed).
+
+        For change sinks (cluster listeners): records sent here commit atomically with the
+        state changes and input offsets of the same checkpoint.
+        """
+        if not self._txn_open:
+            self._begin()
+        self._produce(topic, value, key, partition, headers)
+
+    @property
+    def assigned_partitions(self) -> list[int]:
+        return sorted(self._assigned)
+
     # ------------------------------------------------------------------ checkpoints
     def _begin(self) -> None:
         if self.eos:
@@ -459,6 +475,8 @@ class Worker:
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         self.drain()
         if not self._txn_open:
+            if self.listeners is not None:
+                self.listeners.after_commit(self)
             self._write_stats()
             return
         producer, consumer = self.producer, self.consumer
@@ -483,6 +501,9 @@ class Worker:
         self._persist_state()
         self._next_offsets.clear()
         self._txn_start.clear()
+        if self.listeners is not None:
+            # A safe point: nothing in flight, nothing staged, no open transaction.
+            self.listeners.after_commit(self)
         ms = (time.perf_counter() - t0) * 1000
         self.stats.commits += 1
         self.stats.last_commit_ms = ms
