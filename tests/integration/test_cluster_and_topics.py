@@ -83,6 +83,13 @@ def test_topics_create_is_idempotent(settings: Settings) -> None:
     assert described["state"] is not None and described["state"].name == settings.state_topic
 
 
+def test_replication_minus_one_uses_the_broker_default(settings: Settings, kafka_bootstrap: str) -> None:
+    states = ensure_topics(settings, replication_factor=-1)
+    brokers = len(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).brokers)
+    expected = 3 if brokers >= 3 else 1  # LocalCluster's default.replication.factor
+    assert {s.replication_factor for s in states.values()} == {expected}
+
+
 def test_history_window_sets_min_compaction_lag(settings: Settings) -> None:
     states = ensure_topics(settings, history_window_ms=60_000)
     assert describe_topics(settings)["state"] is not None
