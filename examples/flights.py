@@ -24,34 +24,42 @@ app = App("flights")
 
 
 def decide(res: dict[str, Any], prev: dict[str, Any] | None, capacity: int | None,
-           sold: int) -> tuple[dict[str, Any], int]:
-    """The booking rule: the reservation as stored, and the flight's new seats sold."""
+           sold: int) -> tuple[dict[str, Any], int, int]:
+    """The booking rule: the reservation as stored, the flight's new seats sold, and the
+    seats refused by this decision."""
     held = prev["seats"] if prev is not None and prev["state"] == "CONFIRMED" else 0
     sold -= held
     if res["state"] == "CANCELLED":
-        return res, sold
+        return res, sold, 0
     if capacity is not None and sold + res["seats"] <= capacity:
-        return {**res, "state": "CONFIRMED"}, sold + res["seats"]
-    return {**res, "state": "REJECTED"}, sold
+        return {**res, "state": "CONFIRMED"}, sold + res["seats"], 0
+    return {**res, "state": "REJECTED"}, sold, res["seats"]
+
+
+def _load(group: str, load: dict[str, Any] | None, sold: int, capacity: int | None,
+          rejected: int) -> dict[str, Any]:
+    return {"flight_number": group, "seats_sold": sold, "capacity": capacity or 0,
+            "rejected_seats": (load["rejected_seats"] if load else 0) + rejected,
+            "version": (load["version"] if load else 0) + 1}
 
 
 @app.handler("reservation")
 def on_reservation(event: Event, state: GroupState) -> None:
     load = state.get("flight_load", event.group)
     sold = load["seats_sold"] if load else 0
-    load_version = load["version"] if load else 0
     prev = state.get("reservation", event.key)
+    flight = state.get("flight", event.group)
+    capacity = flight["capacity"] if flight else None
+    rejected = 0
     if event.op == "delete":
         state.delete("reservation", event.key, event.version)
         new_sold = sold - (prev["seats"] if prev and prev["state"] == "CONFIRMED" else 0)
     else:
         assert event.value is not None
-        flight = state.get("flight", event.group)
-        stored, new_sold = decide(event.value, prev, flight["capacity"] if flight else None, sold)
+        stored, new_sold, rejected = decide(event.value, prev, capacity, sold)
         state.put("reservation", stored)
-    if new_sold != sold or load is None:
-        state.put("flight_load", {"flight_number": event.group, "seats_sold": new_sold,
-                                  "version": load_version + 1})
+    if new_sold != sold or rejected or load is None:
+        state.put("flight_load", _load(event.group, load, new_sold, capacity, rejected))
 
 
 def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, dict[str, Any]]:
@@ -79,14 +87,15 @@ def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, di
         load = table.get(lkey)
         sold = load["seats_sold"] if load else 0
         prev = table.get(ekey)
+        flight = table.get(f"flight/{group}")
+        capacity = flight["capacity"] if flight else None
+        rejected = 0
         if op == "delete":
             table.pop(ekey, None)
             new_sold = sold - (prev["seats"] if prev and prev["state"] == "CONFIRMED" else 0)
         else:
-            flight = table.get(f"flight/{group}")
-            stored, new_sold = decide(record, prev, flight["capacity"] if flight else None, sold)
+            stored, new_sold, rejected = decide(record, prev, capacity, sold)
             table[ekey] = stored
-        if new_sold != sold or load is None:
-            table[lkey] = {"flight_number": group, "seats_sold": new_sold,
-                           "version": (load["version"] if load else 0) + 1}
+        if new_sold != sold or rejected or load is None:
+            table[lkey] = _load(group, load, new_sold, capacity, rejected)
     return table
