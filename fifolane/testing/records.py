@@ -1,0 +1,69 @@
+"""Build history records from Kafka messages (anything with ``value()``, ``offset()``, ...).
+
+Effect records are JSON objects with at least ``group`` and ``seq`` (and ``worker``,
+``start``, ``end`` for exclusivity checks), as ``tests/apps/fault_app.py`` writes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from fifolane.testing.model import Effect, Notification, TableEntry
+
+__all__ = ["effects_from", "notifications_from", "table_from"]
+
+
+class _Message(Protocol):
+    def value(self) -> bytes | None: ...
+    def key(self) -> bytes | None: ...
+    def partition(self) -> int | None: ...
+    def offset(self) -> int | None: ...
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+
+
+class _Decoder(Protocol):
+    def decode(self, data: bytes) -> Any: ...
+
+
+def effects_from(messages: Iterable[_Message]) -> list[Effect]:
+    """Effects in read order from JSON effect records."""
+    out = []
+    for m in messages:
+        body = json.loads(m.value() or b"null")
+        out.append(Effect(str(body["group"]), int(body["seq"]), str(body.get("worker", "")),
+                          float(body.get("start", 0.0)), float(body.get("end", 0.0)),
+                          m.partition() if m.partition() is not None else -1,
+                          m.offset() if m.offset() is not None else -1))
+    return out
+
+
+def table_from(messages: Iterable[_Message], codec: _Decoder | None = None) -> dict[str, TableEntry]:
+    """The committed state topic as a table (last record per key wins).
+
+    With ``codec`` values are decoded (for content checks); without, a present entity's
+    value is ``{}``.
+    """
+    table: dict[str, TableEntry] = {}
+    for m in messages:
+        key = (m.key() or b"").decode()
+        headers = dict(m.headers() or ())
+        version = int(headers["fifolane.version"])
+        raw = m.value()
+        value: Any = None
+        if raw is not None:
+            value = codec.decode(raw).record if codec is not None else {}
+        table[key] = TableEntry(version, value)
+    return table
+
+
+def notifications_from(messages: Iterable[_Message]) -> list[Notification]:
+    """Notifications in read order from their JSON values (docs/formats.md)."""
+    out = []
+    for m in messages:
+        body = json.loads(m.value() or b"null")
+        out.append(Notification(str(body["listener"]), int(body["partition"]), int(body["seq"]),
+                                str(body["key"]), str(body["kind"]), int(body.get("version", -1)),
+                                body.get("value"), m.offset() if m.offset() is not None else -1))
+    return out
