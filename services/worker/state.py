@@ -103,11 +103,12 @@ class PartitionStore:
             if ekey not in seen and ekey.startswith(prefix) and row.group == group and not row.deleted:
                 yield ekey, row
 
-    def iter_committed(self) -> Iterator[tuple[bytes, Row]]:
-        """Every committed live entity (a consistent RocksDB snapshot)."""
+    def iter_committed(self, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
+        """Every committed live entity (a consistent RocksDB snapshot), in key order;
+        with ``after``, only the entities whose key sorts after it (resumable scans)."""
         snap = self.db.snapshot()
         it = snap.iter()
-        it.seek(b"e:")
+        it.seek(b"e:" if after is None else b"e:" + after + b"\x00")
         while it.valid():
             k = it.key()
             if not k.startswith(b"e:"):
