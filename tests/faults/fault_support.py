@@ -1,0 +1,110 @@
+"""Shared machinery of the fault suite: a paced stream, fault-app workers, the history."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kafka_fixtures import consume_all, wait_until
+from worker_support import CATALOG, WorkerProcess
+
+from fifolane.config import Settings
+from fifolane.serde import make_codec
+from fifolane.testing import History, ProducedEvent, Report, check_history, expected_effects
+from fifolane.testing.records import effects_from, table_from
+from fifolane.testing.workload import TrackedProducer, Workload
+
+__all__ = ["Stream", "collect_history", "committed_effects", "fault_worker", "seeded_rng", "wait_settled"]
+
+
+def seeded_rng(default: int) -> random.Random:
+    """The suite's randomness; ``FIFOLANE_FAULTS_SEED`` replays a failing run."""
+    seed = int(os.environ.get("FIFOLANE_FAULTS_SEED", default))
+    print(f"fault suite seed: {seed}")
+    return random.Random(seed)
+
+
+def fault_worker(settings: Settings, worker_id: str, tmp: Path, effect_topic: str,
+                 concurrency: int = 8) -> WorkerProcess:
+    """A ``python -m services.worker`` process running ``apps.fault_app``."""
+    proc = WorkerProcess(settings, worker_id, tmp, app="apps.fault_app:app",
+                         extra=["--concurrency", str(concurrency)])
+    base = proc.env
+    extra = {"FAULT_EFFECT_TOPIC": effect_topic, "FAULT_WORKER": worker_id}
+    proc.env = lambda: {**base(), **extra}  # type: ignore[method-assign]
+    return proc
+
+
+class Stream:
+    """A producer thread sending a workload at a steady rate until stopped or exhausted."""
+
+    def __init__(self, settings: Settings, workload: Workload, rate: float,
+                 conf: dict[str, Any] | None = None) -> None:
+        self.producer = TrackedProducer(settings, make_codec(settings, CATALOG), dict(conf or {}))
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(workload, rate), name="stream", daemon=True)
+
+    def _run(self, workload: Workload, rate: float) -> None:
+        try:
+            self.producer.run(workload.generate(), rate, self.stop_event)
+        except BaseException as exc:  # re-raised by finish()
+            self.error = exc
+
+    def start(self) -> Stream:
+        self.thread.start()
+        return self
+
+    def running(self) -> bool:
+        return self.thread.is_alive()
+
+    def finish(self, stop: bool = True, timeout: float = 120.0) -> list[ProducedEvent]:
+        """Stop (or let it run out), wait for every outcome, return the produced events."""
+        if stop:
+            self.stop_event.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the stream did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.producer.outcomes()
+
+
+def committed_effects(settings: Settings, effect_topic: str) -> int:
+    """How many effect records are committed (duplicates included)."""
+    return len(consume_all(settings, effect_topic))
+
+
+def wait_settled(settings: Settings, effect_topic: str, produced: list[ProducedEvent],
+                 timeout: float, describe: Callable[[], str] = lambda: "") -> bool:
+    """Wait until every required effect is committed; False (not raising) on timeout."""
+    need = {k for k, v in expected_effects(produced).items() if v == "required"}
+    last: list[int] = [0]
+
+    def done() -> bool:
+        seen = {(e.group, e.seq) for e in effects_from(consume_all(settings, effect_topic))}
+        last[0] = len(need & seen)
+        return need <= seen
+
+    try:
+        wait_until(done, timeout=timeout, interval=0.5,
+                   message=lambda: f"{last[0]} of {len(need)} required effects; {describe()}")
+    except AssertionError as exc:
+        print(exc)
+        return False
+    return True
+
+
+def collect_history(settings: Settings, effect_topic: str | None,
+                    produced: list[ProducedEvent]) -> tuple[History, Report]:
+    """Read the committed effects and state topic and check them against ``produced``."""
+    codec = make_codec(settings, CATALOG)
+    effects = effects_from(consume_all(settings, effect_topic)) if effect_topic else None
+    table = table_from(consume_all(settings, settings.state_topic), codec)
+    history = History(produced, effects, table, compare_values=True)
+    report = check_history(history)
+    print(report.summary())
+    return history, report
