@@ -20,11 +20,10 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
-from contextlib import ExitStack, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from fifolane.cluster.jars import ensure_jars, file_lock
+from fifolane.cluster.ports import free_port, pick_ports, port_free
 from fifolane.cluster.properties import NodePorts, log4j2_properties, server_properties
 from fifolane.errors import ClusterError
 
@@ -63,38 +63,6 @@ class ClusterStatus:
     brokers: list[BrokerStatus] = field(default_factory=list)
     already_running: bool = False
     jars_downloaded: bool = False
-
-
-def free_port(host: str = "127.0.0.1", prefer: int | None = None) -> int:
-    """A TCP port free on ``host`` right now (``prefer`` if it is free)."""
-    if prefer is not None and _port_free(host, prefer):
-        return prefer
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def _pick_ports(n: int, prefer_first: int | None) -> list[NodePorts]:
-    """2n distinct free ports; the sockets stay bound until all are chosen, so no duplicates."""
-    with ExitStack() as stack:
-        chosen: list[int] = []
-        for index in range(2 * n):
-            sock = stack.enter_context(socket.socket())
-            try:
-                sock.bind(("127.0.0.1", prefer_first if index == 0 and prefer_first else 0))
-            except OSError:
-                sock.bind(("127.0.0.1", 0))
-            chosen.append(int(sock.getsockname()[1]))
-    return [NodePorts(broker=chosen[i], controller=chosen[n + i]) for i in range(n)]
 
 
 def _new_cluster_id() -> str:
@@ -266,10 +234,7 @@ class LocalCluster:
         while not self._answers(f"127.0.0.1:{port}", expect_brokers=None, node_id=i):
             self._check_alive(i)
             if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"broker {i} did not come back within {timeout:.0f}s; "
-                    f"log {self.log_file(i)}:\n{_tail(self.log_file(i))}"
-                )
+                raise ClusterError(f"broker {i} did not come back within {timeout:.0f}s; {self.failure_report(i)}")
 
     # --- internals ------------------------------------------------------------------------
     def _prepare(self, fresh: bool) -> tuple[list[NodePorts], str]:
@@ -279,7 +244,7 @@ class LocalCluster:
             not fresh
             and layout is not None
             and layout.get("brokers") == self.brokers
-            and all(_port_free("127.0.0.1", p) for n in layout["ports"] for p in n.values())
+            and all(port_free("127.0.0.1", p) for n in layout["ports"] for p in n.values())
         )
         if keep:
             assert layout is not None
@@ -289,7 +254,7 @@ class LocalCluster:
             # Different size or ports taken: the formatted quorum would not match, start over.
             for node in self.dir.glob("node-*"):
                 shutil.rmtree(node, ignore_errors=True)
-            ports = _pick_ports(self.brokers, self.preferred_port)
+            ports = pick_ports(self.brokers, self.preferred_port)
             cluster_id = _new_cluster_id()
         for i in range(self.brokers):
             node = self.node_dir(i)
@@ -367,8 +332,7 @@ class LocalCluster:
                 self._check_alive(i)
             if time.monotonic() > deadline:
                 raise ClusterError(
-                    f"local Kafka did not answer within {timeout:.0f}s; "
-                    f"log {self.log_file(0)}:\n{_tail(self.log_file(0))}"
+                    f"local Kafka did not answer within {timeout:.0f}s; {self.failure_report(0)}"
                 )
 
     @staticmethod
@@ -392,12 +356,16 @@ class LocalCluster:
     def _check_alive(self, i: int) -> None:
         proc = self._procs.get(i)
         if proc is not None and proc.poll() is not None:
-            log_path = self.log_file(i)
-            if not log_path.is_file() or not log_path.read_text(errors="replace").strip():
-                log_path = self.node_dir(i) / "stdout.log"
-            raise ClusterError(
-                f"Kafka node {i} exited with code {proc.returncode}; log {log_path}:\n{_tail(log_path)}"
-            )
+            raise ClusterError(f"Kafka node {i} exited with code {proc.returncode}; {self.failure_report(i)}")
+
+    def failure_report(self, i: int) -> str:
+        """Where node ``i`` logs and the last lines: its log4j log and the JVM's own output
+        (stdout.log holds what happens before logging starts: bad JVM options, OOM exits)."""
+        report = f"log {self.log_file(i)}:\n{_tail(self.log_file(i))}"
+        stdout = self.node_dir(i) / "stdout.log"
+        if stdout.is_file() and stdout.stat().st_size:
+            report += f"\nJVM output {stdout}:\n{_tail(stdout, 10)}"
+        return report
 
     def _alive(self, i: int, pid: int) -> bool:
         """Is ``pid`` alive and really node ``i`` (not a recycled pid)?"""

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
-from kafka_fixtures import consume_all, wait_until
+from kafka_fixtures import SHARED_LIBS, consume_all, wait_until
 
+from fifolane.cluster import LocalCluster
 from fifolane.config import Settings
-from fifolane.errors import TopicConfigError
+from fifolane.errors import ClusterError, TopicConfigError
 from fifolane.topics import create_topic, describe_topics, ensure_topics
 
 pytestmark = pytest.mark.integration
@@ -154,3 +156,14 @@ def test_three_brokers_replicate_and_survive_a_leader_kill(kafka_cluster3: Any, 
 
     wait_until(back_in_isr, timeout=60, message=f"broker {leader} back in the ISR")
     assert [m.value() for m in consume_all(settings3, topic)] == [b"before", b"during"]
+
+
+def test_a_node_that_cannot_start_is_a_cluster_error_with_its_log(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, libs=SHARED_LIBS, heap_mb=1)  # the JVM refuses a 1 MB heap
+    with pytest.raises(ClusterError) as info:
+        cluster.up(timeout=60)
+    text = str(info.value)
+    assert "exited with code" in text and str(tmp_path) in text
+    assert "heap" in text.lower()  # the log's last lines are part of the message
+    assert not cluster.state_file.exists()  # nothing left that `down` would have to stop
+    assert cluster.down() == []
