@@ -1,0 +1,153 @@
+"""``fifolane listeners add|list|describe|remove`` and ``fifolane listen``.
+
+Registrations go through :mod:`listeners.registry` (the same code path as the Python API).
+Invalid expressions are refused with the expression and a caret under the error position,
+exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+import click
+
+from fifolane.errors import ExpressionError, ListenerError
+
+__all__ = ["listen", "listeners"]
+
+
+def _settings() -> Any:
+    from fifolane.config import load_settings
+
+    return load_settings()
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
+    lines = [f"error: invalid {what}: {exc}"]
+    if exc.expression:
+        lines.append(f"  {exc.expression}")
+        if exc.position is not None:
+            lines.append("  " + " " * exc.position + "^")
+    _fail("\n".join(lines))
+
+
+@click.group()
+def listeners() -> None:
+    """Register, list, describe and remove cluster listeners."""
+
+
+@listeners.command("add")
+@click.argument("name")
+@click.option("--filter", "filter_", required=True, help="CEL filter, e.g. value.amount > 100")
+@click.option("--convert", default=None, help="CEL converter yielding a map (the projection).")
+@click.option("--kinds", default="created,modified,removed", show_default=True)
+@click.option("--include-current-state", is_flag=True, help="First announce existing matches.")
+@click.option("--output", default=None, help="Output topic (default: the configured one).")
+@click.option("--lease", default=None, help="Expire unless renewed within this, e.g. 30s.")
+@click.option("--type", "type_", default=None, help="Only entities of this type.")
+@click.option("--replace", is_flag=True, help="Replace an existing listener of this name.")
+def add(name: str, filter_: str, convert: str | None, kinds: str, include_current_state: bool,
+        output: str | None, lease: str | None, type_: str | None, replace: bool) -> None:  # fmt: skip
+    """Register listener NAME."""
+    from listeners.model import ListenerSpec
+    from listeners.registry import register
+
+    try:
+        spec = ListenerSpec(name=name, filter=filter_, convert=convert, kinds=kinds,  # type: ignore[arg-type]
+                            include_current_state=include_current_state, output_topic=output,
+                            type=type_, lease=lease)  # type: ignore[arg-type]  # fmt: skip
+    except ExpressionError as exc:
+        what = "converter" if convert is not None and exc.expression == convert else "filter"
+        _expression_error(exc, what)
+    except ListenerError as exc:
+        _fail(f"error: {exc}")
+    try:
+        done = register(_settings(), spec, replace=replace)
+    except ListenerError as exc:
+        _fail(f"error: {exc}")
+    state = "registered" if done is spec else "already registered (same definition)"
+    click.echo(f"listener {name!r} {state}; output topic {done.topic(_settings())}")
+
+
+def _row(d: dict[str, Any]) -> str:
+    exp = d["expires_at"] or "never"
+    return f"{d['name']:<24} {d['filter']:<40} kinds={','.join(d['kinds'])} expires={exp}"
+
+
+@listeners.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def list_(as_json: bool) -> None:
+    """List registered listeners (with their lease expiry)."""
+    from listeners.registry import list_listeners
+
+    now = datetime.now(UTC)
+    for spec in list_listeners(_settings()):
+        d = spec.to_dict()
+        d["expired"] = spec.is_expired(now)
+        click.echo(json.dumps(d, sort_keys=True) if as_json else _row(d))
+
+
+@listeners.command("describe")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+def describe(name: str, as_json: bool) -> None:
+    """Show one listener's registration."""
+    from listeners.registry import get_listener
+
+    settings = _settings()
+    try:
+        spec = get_listener(settings, name)
+    except ListenerError as exc:
+        _fail(f"error: {exc}")
+    d = spec.to_dict()
+    d["output_topic"] = spec.topic(settings)
+    d["expired"] = spec.is_expired()
+    if as_json:
+        click.echo(json.dumps(d, sort_keys=True))
+    else:
+        for k in sorted(d):
+            click.echo(f"{k:<22} {d[k]}")
+
+
+@listeners.command("remove")
+@click.argument("name")
+def remove_(name: str) -> None:
+    """Remove listener NAME (workers stop delivering within about one checkpoint)."""
+    from listeners.registry import remove
+
+    if not remove(_settings(), name):
+        _fail(f"error: unknown listener {name!r}")
+    click.echo(f"listener {name!r} removed")
+
+
+@click.command()
+@click.argument("name")
+@click.option("--from-beginning", is_flag=True, help="Read the output topic from its start.")
+@click.option("--max", "max_", type=click.IntRange(min=1), default=None, help="Stop after N.")
+@click.option("--timeout", type=float, default=None, help="Stop after this many idle seconds.")
+def listen(name: str, from_beginning: bool, max_: int | None, timeout: float | None) -> None:
+    """Print listener NAME's notifications as JSON lines (duplicates dropped, lease renewed)."""
+    from listeners.client import ListenerClient
+
+    try:
+        client = ListenerClient(_settings(), name, from_beginning=from_beginning, timeout=timeout)
+    except ListenerError as exc:
+        _fail(f"error: {exc}")
+    n = 0
+    with client:
+        for note in client:
+            click.echo(json.dumps(note, sort_keys=True))
+            n += 1
+            if max_ is not None and n >= max_:
+                break
+    for gap in client.gaps:
+        click.echo(f"gap: {gap.missing} notification(s) missing on partition {gap.partition}",
+                   err=True)  # fmt: skip

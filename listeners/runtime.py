@@ -1,0 +1,444 @@
+"""The worker side of cluster listeners: a change sink for :class:`services.worker.runtime.Worker`.
+
+``ListenerRuntime(settings)`` is passed as ``Worker(..., listeners=runtime)``. Everything runs on
+the worker's poll thread except :class:`listeners.registry.RegistryFollower`, which reads the
+registry topic in the background and hands records over.
+
+Registry. Records are applied at every ``after_commit`` (a safe point), and on partition
+assignment after waiting until the registry is read to its current end, so a worker (also one
+started later) never processes a partition with an outdated listener set. A removal therefore
+stops delivery for changes applied later than about one registry poll (0.1 s) plus one
+checkpoint interval (``--commit-interval``, 0.25 s) after the tombstone is written. The worker
+owning input partition 0 is the housekeeper: it tombstones expired leases and dead-letters
+registrations that do not validate (reason ``invalid-listener``, and tombstones them); every
+worker stops delivering to an expired listener on its own at once.
+
+Per change (``on_change``): nothing at all when no listener exists or none applies to the
+entity type; else one :meth:`ListenerSet.match` call. Each notification is sent with
+``worker.produce`` to the listener's output topic, partition = the source partition, key = the
+state-topic key, so it commits in the same Kafka transaction as the state change: live
+notifications are exactly once with the change.
+
+Sequence numbers (:mod:`listeners.seq`): per listener and source partition, consecutive from
+``epoch * DELTA`` where the epoch is taken at partition assignment; counters of an aborted
+transaction are rolled back, so a run stays gap-free.
+
+Include current state (per listener and owned partition). The owner announces the existing
+entities in key order, in chunks, each read at an ``after_commit`` safe point from committed
+RocksDB state. Live notifications of that listener for keys *after* the cursor are held back
+(the chunk that reaches the key announces its then current state); keys at or before the
+cursor get live notifications. So, per key, the consumer sees the state as of its chunk, then
+every later change: nothing lost, nothing repeated at the seam. Each chunk writes its progress
+(``<name>/snapshot/<partition>``, :class:`listeners.registry.Progress`) to the registry in the
+same transaction as its notifications; a new owner (after a move or a crash) resumes from the
+committed cursor, so the snapshot is neither repeated nor lost. Snapshot notifications carry
+``"snapshot": true``, ``table_change`` and ``offset`` null, and the same sequence numbers as
+live ones (one counter).
+
+With ``--guarantee at-least-once`` there are no transactions: after a crash, replayed changes
+are notified again with numbers of the new run (duplicates then cannot be recognised by seq).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fifolane.config import Settings
+from fifolane.errors import ExpressionError, ListenerError
+from listeners.matcher import Change, ListenerSet, ListenerStats, Notification
+from listeners.model import ListenerSpec
+from listeners.notify import HEADER_LISTENER, notification
+from listeners.registry import (
+    Progress,
+    RegistryFollower,
+    RegistryRecord,
+    ensure_output_topic,
+    parse_progress_key,
+    progress_key,
+    same_definition,
+)
+from listeners.seq import DELTA, next_epoch
+
+__all__ = ["ListenerRuntime"]
+
+log = logging.getLogger(__name__)
+
+_MISSING: Any = object()
+_SEQ, _SNAP = 0, 1
+_Key = tuple[str, int]  # (listener, source partition)
+
+
+@dataclass(slots=True)
+class _Active:
+    spec: ListenerSpec
+    topic: str
+    partitions: int
+    headers: list[tuple[str, bytes]]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ListenerRuntime:
+    """Evaluates registered listeners for a worker (see the module docstring).
+
+    ``snapshot_batch``: entities scanned per ``after_commit`` for include-current-state
+    (shared by the snapshots in progress); ``housekeeping_interval``: seconds between lease
+    and invalid-registration checks.
+    """
+
+    def __init__(self, settings: Settings, *, snapshot_batch: int = 5000,
+                 housekeeping_interval: float = 0.5, sync_timeout: float = 60.0) -> None:  # fmt: skip
+        self.settings = settings
+        self.snapshot_batch = snapshot_batch
+        self.housekeeping_interval = housekeeping_interval
+        self.sync_timeout = sync_timeout
+        self.listeners = ListenerSet()
+        self._specs: dict[str, ListenerSpec] = {}  # latest valid registrations
+        self._active: dict[str, _Active] = {}  # the ones in the matcher
+        self._invalid: dict[str, tuple[RegistryRecord, str]] = {}
+        self._invalid_sent: dict[str, tuple[RegistryRecord, str]] = {}
+        self._expiry_sent: set[tuple[str, str]] = set()
+        self._durable: dict[_Key, Progress] = {}  # committed progress, from the registry
+        self._snap: dict[_Key, Progress] = {}  # snapshots in progress on owned partitions
+        self._seq: dict[_Key, int] = {}  # next sequence number
+        self._undo: dict[tuple[int, _Key], Any] = {}  # since the last commit
+        self._owned: set[int] = set()
+        self._epoch: dict[int, int] = {}
+        self._last_epoch = 0
+        self._aborts = 0
+        self._live = False
+        self._any_type = False
+        self._types: frozenset[bytes] = frozenset()
+        self._follower: RegistryFollower | None = None
+        self._next_housekeeping = 0.0
+        #: Counters: notifications sent live and from snapshots, invalid registrations
+        #: dead-lettered, expired leases tombstoned.
+        self.live_sent = 0
+        self.snapshot_sent = 0
+        self.dead_lettered = 0
+        self.expired = 0
+
+    # -- public ----------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """The listeners this worker currently delivers to."""
+        return sorted(self._active)
+
+    def stats(self, name: str) -> ListenerStats:
+        """Per-listener counters (notifications, run-time expression errors)."""
+        return self.listeners.stats(name)
+
+    def snapshot_pending(self) -> list[_Key]:
+        """(listener, partition) pairs whose include-current-state snapshot is in progress."""
+        return sorted(self._snap)
+
+    def close(self) -> None:
+        """Stop following the registry."""
+        if self._follower is not None:
+            self._follower.stop()
+            self._follower = None
+
+    # -- worker hooks ----------------------------------------------------------------------
+    def on_assign(self, worker: Any, partitions: list[int]) -> None:
+        """New partitions: catch up with the registry, open a run (epoch), resume snapshots."""
+        self._sync(worker)
+        self._last_epoch = next_epoch(self._last_epoch)
+        for p in partitions:
+            self._owned.add(p)
+            self._epoch[p] = self._last_epoch
+            for act in self._active.values():
+                self._begin_snapshot(act.spec, p)
+
+    def on_release(self, worker: Any, partitions: list[int]) -> None:
+        """Partitions gone: forget their counters and snapshots."""
+        if self._undo and not getattr(worker, "_txn_open", True):
+            self._rollback()  # lost partitions: the open transaction was aborted
+        gone = set(partitions)
+        self._owned -= gone
+        for p in gone:
+            self._epoch.pop(p, None)
+        for d in (self._seq, self._snap):
+            for k in [k for k in d if k[1] in gone]:
+                del d[k]
+        for uk in [uk for uk in self._undo if uk[1][1] in gone]:
+            del self._undo[uk]
+
+    def on_change(self, worker: Any, event: Any, ekey: bytes, old: Any, new: Any,
+                  record: dict[str, Any] | None) -> None:  # fmt: skip
+        """One applied table write: notify the listeners it concerns."""
+        if not self._live:
+            return
+        if not self._any_type and ekey[: ekey.find(b"/")] not in self._types:
+            return
+        if worker.stats.aborts != self._aborts:
+            self._rollback()
+            self._aborts = worker.stats.aborts
+        old_live = old is not None and not old.deleted
+        if new.deleted:
+            if not old_live:
+                return  # delete of an absent entity: no table change
+            table_change = "removed"
+        else:
+            table_change = "modified" if old_live else "created"
+        decode = worker.codec.decode
+        old_rec = decode(old.value).record if old_live else None
+        if new.deleted:
+            new_rec = None
+        else:
+            new_rec = record if record is not None else decode(new.value).record
+        type_, _, key = ekey.decode().partition("/")
+        p = event.partition
+        change = Change(type_, key, new_rec, old_rec, table_change, {
+            "partition": p, "offset": event.offset, "timestamp": event.timestamp,
+            "version": new.version, "type": type_,
+        })  # fmt: skip
+        notes = self.listeners.match(change)
+        if not notes:
+            return
+        snap = self._snap
+        for n in notes:
+            if snap:
+                st = snap.get((n.listener, p))
+                if st is not None and (st.cursor is None or ekey > st.cursor):
+                    continue  # its snapshot chunk will announce the then current state
+            self._send(worker, n, p, ekey, type_, key, table_change, event.offset,
+                       new.version, event.timestamp, snapshot=False)  # fmt: skip
+            self.live_sent += 1
+
+    def after_commit(self, worker: Any) -> None:
+        """Safe point: settle the journal, apply the registry, housekeeping, snapshot chunks."""
+        if self._follower is None:
+            self._sync(worker)
+        if worker.stats.aborts != self._aborts:
+            self._rollback()
+            self._aborts = worker.stats.aborts
+        else:
+            self._undo.clear()
+            self._invalid_sent.clear()
+        assert self._follower is not None
+        records = self._follower.drain()
+        if records:
+            self._apply(worker, records)
+        now = time.monotonic()
+        if now >= self._next_housekeeping:
+            self._next_housekeeping = now + self.housekeeping_interval
+            self._housekeeping(worker)
+        if self._snap:
+            self._snapshot_chunks(worker)
+
+    # -- registry --------------------------------------------------------------------------
+    def _sync(self, worker: Any) -> None:
+        if self._follower is None:
+            self._follower = RegistryFollower(self.settings)
+            self._follower.start()
+        self._follower.sync(self.sync_timeout)
+        records = self._follower.drain()
+        if records:
+            self._apply(worker, records)
+
+    def _apply(self, worker: Any, records: list[RegistryRecord]) -> None:
+        touched: dict[str, None] = {}
+        for rec in records:
+            pk = parse_progress_key(rec.key)
+            if pk is not None:
+                if rec.value is None:
+                    self._durable.pop(pk, None)
+                else:
+                    try:
+                        self._durable[pk] = Progress.from_json(rec.value)
+                    except (ValueError, KeyError, TypeError) as exc:
+                        log.warning("ignoring bad progress record %r: %s", rec.key, exc)
+                continue
+            name = rec.key
+            self._specs.pop(name, None)
+            self._invalid.pop(name, None)
+            if rec.value is not None:
+                try:
+                    self._specs[name] = ListenerSpec.from_json(rec.value)
+                except (ListenerError, ExpressionError, TypeError, ValueError) as exc:
+                    self._invalid[name] = (rec, str(exc))
+                    log.warning("invalid listener registration %r: %s", name, exc)
+            touched[name] = None
+        for name in touched:
+            self._reconcile(worker, name)
+
+    def _reconcile(self, worker: Any, name: str) -> None:
+        spec = self._specs.get(name)
+        want = spec is not None and not spec.is_expired()
+        act = self._active.get(name)
+        if act is not None and spec is not None and want and same_definition(act.spec, spec) \
+                and act.spec.created_at == spec.created_at:  # fmt: skip
+            act.spec = spec  # a renewal
+            return
+        if act is not None:
+            self._deactivate(
+                worker, name, forget=spec is None or spec.created_at != act.spec.created_at
+            )
+        if want and spec is not None:
+            self._activate(spec)
+
+    def _activate(self, spec: ListenerSpec) -> None:
+        try:
+            self.listeners.add(spec)
+        except (ListenerError, ExpressionError) as exc:  # from_json validated; be safe
+            log.warning("listener %r not activated: %s", spec.name, exc)
+            return
+        topic = spec.topic(self.settings)
+        parts = ensure_output_topic(self.settings, topic)
+        self._active[spec.name] = _Active(
+            spec, topic, parts, [(HEADER_LISTENER, spec.name.encode())]
+        )
+        self._retype()
+        for p in self._owned:
+            self._begin_snapshot(spec, p)
+        log.info("listener %r active (filter %r)", spec.name, spec.filter)
+
+    def _deactivate(self, worker: Any, name: str, *, forget: bool) -> None:
+        self.listeners.remove(name)
+        del self._active[name]
+        self._retype()
+        for d in (self._seq, self._snap):
+            for k in [k for k in d if k[0] == name]:
+                del d[k]
+        for uk in [uk for uk in self._undo if uk[1][0] == name]:
+            del self._undo[uk]
+        if forget:  # removed or replaced: clean up our partitions' progress records
+            for k in [k for k in self._durable if k[0] == name and k[1] in self._owned]:
+                worker.produce(self.settings.registry_topic, None, progress_key(*k).encode(),
+                               partition=0)  # fmt: skip
+        log.info("listener %r inactive", name)
+
+    def _retype(self) -> None:
+        specs = [a.spec for a in self._active.values()]
+        self._live = bool(specs)
+        self._any_type = any(s.type is None for s in specs)
+        self._types = frozenset(s.type.encode() for s in specs if s.type is not None)
+
+    def _housekeeping(self, worker: Any) -> None:
+        now = datetime.now(UTC)
+        keeper = 0 in self._owned
+        for name, spec in list(self._specs.items()):
+            if not spec.is_expired(now):
+                continue
+            if name in self._active:
+                self._deactivate(worker, name, forget=False)
+                log.info("listener %r: lease expired at %s", name, spec.expires_at)
+            stamp = (name, (spec.renewed_at or spec.created_at).isoformat())
+            if keeper and stamp not in self._expiry_sent:
+                self._expiry_sent.add(stamp)
+                worker.produce(self.settings.registry_topic, None, name.encode(), partition=0)
+                self.expired += 1
+        if keeper and self._invalid:
+            from services.worker.dlq import dead_letter_headers
+
+            for name, (rec, error) in list(self._invalid.items()):
+                headers = dead_letter_headers(None, self.settings.registry_topic, 0, rec.offset,
+                                              "invalid-listener", error, worker.opts.worker_id)  # fmt: skip
+                worker.produce(self.settings.dlq_topic, rec.value, name.encode(), headers=headers)
+                worker.produce(self.settings.registry_topic, None, name.encode(), partition=0)
+                self._invalid_sent[name] = self._invalid.pop(name)
+                self.dead_lettered += 1
+
+    # -- sequence numbers and the journal ----------------------------------------------------
+    def _journal(self, table: int, d: dict[_Key, Any], k: _Key) -> None:
+        uk = (table, k)
+        if uk not in self._undo:
+            self._undo[uk] = d.get(k, _MISSING)
+
+    def _rollback(self) -> None:
+        """The transaction since the last commit aborted: restore counters and cursors."""
+        for (table, k), old in self._undo.items():
+            d: dict[_Key, Any] = self._seq if table == _SEQ else self._snap
+            if old is _MISSING:
+                d.pop(k, None)
+            else:
+                d[k] = old
+        self._undo.clear()
+        self._invalid.update(self._invalid_sent)
+        self._invalid_sent.clear()
+
+    def _send(self, worker: Any, n: Notification, p: int, ekey: bytes, type_: str, key: str,
+              table_change: str | None, offset: int | None, version: int, ts: int, *,
+              snapshot: bool) -> None:  # fmt: skip
+        act = self._active[n.listener]
+        k = (n.listener, p)
+        seq = self._seq.get(k)
+        if seq is None:
+            seq = self._epoch.get(p, self._last_epoch) * DELTA
+        self._journal(_SEQ, self._seq, k)
+        self._seq[k] = seq + 1
+        value = notification(n.listener, n.kind, type_, key, n.value, table_change, p, offset,
+                             version, seq, ts, snapshot=snapshot)  # fmt: skip
+        worker.produce(act.topic, value, ekey, partition=p % act.partitions, headers=act.headers)
+
+    # -- include current state -------------------------------------------------------------
+    def _begin_snapshot(self, spec: ListenerSpec, p: int) -> None:
+        if not spec.include_current_state or "created" not in spec.kinds:
+            return
+        instance = spec.created_at.isoformat()
+        k = (spec.name, p)
+        d = self._durable.get(k)
+        if d is not None and d.instance == instance:
+            if not d.done:
+                self._snap[k] = d
+        else:
+            self._snap[k] = Progress(spec.name, p, instance)
+
+    def _snapshot_chunks(self, worker: Any) -> None:
+        keys = [k for k in self._snap if k[1] in self._owned]
+        if not keys:
+            return
+        budget = max(200, self.snapshot_batch // len(keys))
+        for k in keys:
+            self._snapshot_chunk(worker, k, budget)
+
+    def _snapshot_chunk(self, worker: Any, k: _Key, budget: int) -> None:
+        name, p = k
+        st = self._snap[k]
+        act = self._active.get(name)
+        store = worker.stores.stores.get(p)
+        if act is None or store is None:
+            return
+        decode = worker.codec.decode
+        prefix = act.spec.type.encode() + b"/" if act.spec.type else None
+        now = _now_ms()
+        cursor, sent, scanned, done = st.cursor, st.sent, 0, True
+        for ekey, row in store.iter_committed(after=cursor):
+            if scanned >= budget:
+                done = False
+                break
+            scanned += 1
+            cursor = ekey
+            if prefix is not None and not ekey.startswith(prefix):
+                continue
+            type_, _, key = ekey.decode().partition("/")
+            change = Change(type_, key, decode(row.value).record, None, "created", {
+                "partition": p, "offset": None, "timestamp": now, "version": row.version,
+                "type": type_,
+            })  # fmt: skip
+            n = self.listeners.match_current(name, change)
+            if n is not None:
+                self._send(worker, n, p, ekey, type_, key, None, None, row.version, now,
+                           snapshot=True)  # fmt: skip
+                sent += 1
+                self.snapshot_sent += 1
+        progress = Progress(name, p, st.instance, cursor, done, sent)
+        self._journal(_SNAP, self._snap, k)
+        if done:
+            del self._snap[k]
+            log.info("listener %r: current state of partition %d sent (%d)", name, p, sent)
+        else:
+            self._snap[k] = progress
+        worker.produce(self.settings.registry_topic, progress.to_json(),
+                       progress_key(name, p).encode(), partition=0)  # fmt: skip
+
+    # -- for tests and benchmarks ----------------------------------------------------------
+    def apply_records(self, worker: Any, records: Iterable[RegistryRecord]) -> None:
+        """Apply registry records directly (unit tests, benchmarks without a registry)."""
+        self._apply(worker, list(records))
