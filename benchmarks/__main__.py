@@ -1,0 +1,73 @@
+"""``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``
+and ``python -m benchmarks profile [--events N]`` (cProfile of a worker run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from benchmarks.harness import RESULTS_DIR, Bench
+from benchmarks.suites import SUITES, load
+
+__all__ = ["main"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    names = list(SUITES) if not args.only else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        print(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    from benchmarks.plots import plots_from_results
+    from benchmarks.report import write_markdown
+
+    results_dir = Path(args.results_dir)
+    failed: list[str] = []
+    t0 = time.monotonic()
+    with Bench(quick=args.quick, results_dir=results_dir) as bench:
+        for name in names:
+            bench.log(f"[bold]suite {name}[/bold]")
+            try:
+                load(name)(bench)
+            except Exception:  # noqa: BLE001 - one failing suite must not lose the others
+                failed.append(name)
+                bench.log(f"[red]suite {name} failed:[/red]\n{traceback.format_exc()}")
+        results = {}
+        for name in names:
+            path = results_dir / f"{name}.json"
+            if name not in failed and path.exists():
+                results[name] = json.loads(path.read_text())
+        plots_from_results(results_dir, results)
+        write_markdown(results_dir / "latest.md", results, bench.machine, args.quick)
+        machine = bench.machine
+    print((results_dir / "latest.md").read_text())
+    print(f"{len(names) - len(failed)}/{len(names)} suites done in {time.monotonic() - t0:.0f}s "
+          f"on {machine['kafka']}; results in {results_dir}")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the benchmark suites")
+    run.add_argument("--quick", action="store_true", help="small sizes (a smoke run of a few minutes)")
+    run.add_argument("--only", default="", help=f"comma-separated suites: {','.join(SUITES)}")
+    run.add_argument("--results-dir", default=str(RESULTS_DIR), help="where results are written")
+    prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
+    prof.add_argument("--events", type=int, default=100_000)
+    prof.add_argument("--guarantee", default="exactly-once", choices=["exactly-once", "at-least-once"])
+    prof.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    if args.command == "profile":
+        from benchmarks.profiling import profile_worker
+
+        return profile_worker(args.events, args.guarantee, args.top)
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""PNG plots of the results (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
+
+__all__ = ["bar_plot", "plots_from_results", "slow_plot"]
+
+
+def bar_plot(path: Path, title: str, values: dict[str, float], ylabel: str) -> None:
+    """One bar per label, the value printed on top."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = list(values)
+    bars = ax.bar(labels, [values[k] for k in labels], color="#4477aa")
+    ax.bar_label(bars, labels=[f"{values[k]:,.0f}" for k in labels], fontsize=8)
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.tick_params(axis="x", labelrotation=20, labelsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def slow_plot(path: Path, seconds: dict[int, float], serial: float, reference: dict[str, float],
+              sleep_total: float) -> None:
+    """Time to process the events vs concurrency, with the serial baseline and PC's numbers."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xs = sorted(seconds)
+    ax.plot(xs, [seconds[x] for x in xs], "o-", label="fifolane (exactly-once)")
+    ax.axhline(serial, color="#cc6677", ls="--", label=f"partition-serial loop ({serial:.1f} s)")
+    for (name, s), style in zip(reference.items(), (":", "-."), strict=False):
+        ax.axhline(s, color="grey", ls=style, label=f"Parallel Consumer README: {name} ({s} s)")
+    ax.axhline(sleep_total / max(xs), color="#999933", ls=(0, (1, 3)),
+               label=f"ideal at concurrency {max(xs)} ({sleep_total / max(xs):.2f} s)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.set_xlabel("concurrency (groups in flight)")
+    ax.set_ylabel("seconds for all events")
+    ax.set_title("Slow handlers (0-5 ms), 1 partition, 1,000 groups")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) -> list[Path]:
+    """The throughput bar charts of whatever suites ran (slow draws its own)."""
+    made = []
+    stateful = results.get("stateful")
+    if stateful:
+        raw = stateful["raw"]
+        rates = {"ceiling loop": raw["ceiling"]["events_per_s"]}
+        for key, label in (("fifolane_ALO", "fifolane ALO"), ("fifolane_EOS", "fifolane EOS"),
+                           ("quix_ALO", "Quix ALO"), ("quix_EOS", "Quix EOS")):
+            if key in raw:
+                rates[label] = raw[key]["throughput"]["events_per_s"]
+        path = results_dir / "stateful.png"
+        bar_plot(path, "Stateful throughput (1 broker)", rates, "events/s")
+        made.append(path)
+    listeners = results.get("listeners")
+    if listeners and "skipped" not in listeners["raw"]:
+        rates = {k: v["throughput"]["events_per_s"] for k, v in listeners["raw"].items()}
+        path = results_dir / "listeners.png"
+        bar_plot(path, "Worker throughput by registered listeners", rates, "events/s")
+        made.append(path)
+    restore = results.get("restore")
+    if restore:
+        raw = restore["raw"]
+        rates = {"bare consume": raw["bare_consume"]["records_per_s"],
+                 "worker restore": raw["restored"] / raw["restore_seconds"] if raw["restore_seconds"] else 0.0}
+        path = results_dir / "restore.png"
+        bar_plot(path, "Changelog restore vs bare read", rates, "entities/s")
+        made.append(path)
+    return made
