@@ -1,0 +1,103 @@
+"""Suite ``listeners``: worker throughput with registered listeners vs without.
+
+1, 100 and 10,000 equality listeners (``value.flight_number == "F<i>"``) and 100 distinct
+general filters, each registered on the run's registry topic before the worker starts.
+Runs only when the listener runtime (``listeners.runtime``) exists; otherwise the result
+says it was skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+
+from benchmarks.events import events, produce_avro
+from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
+from fifolane.config import Settings
+
+__all__ = ["equality_specs", "general_specs", "register", "run", "runtime_present"]
+
+PARTITIONS = 6
+SKIPPED = "skipped: listeners runtime not present"
+
+
+def runtime_present() -> bool:
+    """True once ``listeners.runtime`` (the worker's listener sink) is importable."""
+    try:
+        return importlib.util.find_spec("listeners.runtime") is not None
+    except ImportError:
+        return False
+
+
+def equality_specs(n: int) -> list[tuple[str, bytes]]:
+    """``n`` registrations (name, JSON) matching one flight each: the indexed case."""
+    from listeners.model import ListenerSpec
+
+    return [(f"eq{i}", ListenerSpec(name=f"eq{i}", type="reservation",
+                                    filter=f'value.flight_number == "F{i % 1000}"').to_json())
+            for i in range(n)]
+
+
+def general_specs(n: int) -> list[tuple[str, bytes]]:
+    """``n`` distinct filters the equality index cannot serve: each is evaluated per change."""
+    from listeners.model import ListenerSpec
+
+    return [(f"g{i}", ListenerSpec(name=f"g{i}", type="reservation",
+                                   filter=f"value.amount > {900.0 + i} && value.seats != {i % 7}").to_json())
+            for i in range(n)]
+
+
+def register(settings: Settings, specs: list[tuple[str, bytes]]) -> None:
+    """Write registrations to the registry topic (key = name, value = JSON)."""
+    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all",
+                                                 "linger.ms": 20}))
+    for name, value in specs:
+        while True:
+            try:
+                producer.produce(settings.registry_topic, value, name.encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60):
+        raise RuntimeError("listener registrations were not delivered")
+
+
+def run(bench: Bench) -> None:
+    """Throughput without listeners, then with each listener population."""
+    started = time.monotonic()
+    if not runtime_present():
+        bench.write_result("listeners", [Metric("listeners", "listener throughput", None, "events/s",
+                                                note=SKIPPED)],
+                           started=started, settings={}, raw={"skipped": SKIPPED}, notes=[SKIPPED])
+        return
+    from benchmarks.suites.stateful import run_worker
+
+    n = bench.size(200_000, 20_000)
+    base = bench.topic_set("listeners", PARTITIONS)
+    bench.step(f"listeners: pre-producing {n:,} events", n)
+    produce_avro(base, events(n), on_progress=bench.advance)
+    cases: dict[str, list[tuple[str, bytes]]] = {
+        "none": [], "1 equality": equality_specs(1), "100 equality": equality_specs(100),
+        "10000 equality": equality_specs(bench.size(10_000, 10_000)), "100 general": general_specs(100),
+    }
+    raw: dict[str, Any] = {}
+    for label, specs in cases.items():
+        raw[label] = run_worker(bench, base, n, "exactly-once", label=f"listeners-{label.replace(' ', '-')}",
+                                listeners=specs or None)
+    rate = {k: float(v["throughput"]["events_per_s"]) for k, v in raw.items()}
+    one = rate["1 equality"]
+    metrics = [
+        Metric("listeners", "1 equality listener", one, "events/s", "no listeners", rate["none"]),
+        Metric("listeners", "100 equality listeners", rate["100 equality"], "events/s", "1 listener", one),
+        Metric("listeners", "10,000 equality listeners", rate["10000 equality"], "events/s", "1 listener",
+               one, ">= 0.5x", rate["10000 equality"] / one >= 0.5),
+        Metric("listeners", "100 general filters", rate["100 general"], "events/s", "1 listener", one,
+               ">= 0.25x", rate["100 general"] / one >= 0.25),
+    ]
+    bench.write_result("listeners", metrics, started=started, raw=raw, settings={
+        "events": n, "partitions": PARTITIONS, "guarantee": "exactly-once",
+        "commit_interval_s": COMMIT_INTERVAL, "cases": list(cases),
+    })

@@ -1,0 +1,120 @@
+"""Suite ``slow``: handlers sleeping 0-5 ms, fifolane at concurrency 1/16/100 vs a serial loop.
+
+The Parallel Consumer README's setup: 1 partition, 1,000 groups (keys), 10,000 events. The
+baseline is the partition-serial consumer (one loop, sleep per event). Every event sleeps a
+delay derived from its bytes, so all systems sleep exactly the same total.
+
+Timing is a warm start: each system first joins the group on its own empty input topic;
+then the pre-encoded events are produced in one burst, and the time runs from the first
+produce to the offset commit covering the last event (start-up excluded entirely).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import ConsumerGroupState
+from confluent_kafka.admin import AdminClient
+
+from benchmarks.events import events, produce_raw, sleep_for
+from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
+from benchmarks.plots import slow_plot
+from benchmarks.procs import child_env, log_tail, running, watch_committed, worker_cmd
+from fifolane.config import Settings
+from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.topics import create_topic
+
+__all__ = ["PC_README", "run"]
+
+#: The Parallel Consumer README's table (10,000 events, 0-5 ms handlers, 1 partition).
+PC_README = {"PARTITION (serial)": 22.2, "KEY, 1k keys": 2.06}
+CONCURRENCY = (1, 16, 100)
+
+
+def _wait_joined(bootstrap: str, group: str, alive: Any, timeout: float = 60.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise RuntimeError(f"{group}: process exited before joining")
+        desc = admin.describe_consumer_groups([group])[group].result(10)
+        if desc.state == ConsumerGroupState.STABLE and any(
+                m.assignment.topic_partitions for m in desc.members):
+            time.sleep(0.5)  # let the on-assign work (restore of an empty store) finish
+            return
+        time.sleep(0.1)  # poll interval under a deadline
+    raise TimeoutError(f"{group} did not join within {timeout:.0f}s")
+
+
+def _burst(settings: Settings, values: list[tuple[bytes, bytes]]) -> None:
+    produce_raw(settings, settings.input_topic, ((k, v, None) for k, v in values))
+
+
+def _timed(bench: Bench, settings: Settings, cmd: list[str], group: str, values: list[tuple[bytes, bytes]],
+           env: dict[str, str] | None, label: str) -> dict[str, Any]:
+    log = settings.home / f"{group}.log"
+    bench.step(f"slow: {label}", len(values))
+    with running(cmd, log, env=env) as proc:
+        alive = lambda: proc.poll() is None  # noqa: E731
+        try:
+            _wait_joined(bench.bootstrap, group, alive)
+            t0 = time.monotonic()
+            _burst(settings, values)
+            commits = watch_committed(bench.bootstrap, group, settings.input_topic, 1, len(values),
+                                      timeout=60 + len(values) * 0.01, alive=alive,
+                                      on_progress=bench.advance)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\nlog {log}:\n{log_tail(log)}") from exc
+    return {"seconds": commits.end - t0, "events": len(values)}
+
+
+def run(bench: Bench) -> None:
+    """The serial baseline, then fifolane (exactly-once) at each concurrency."""
+    started = time.monotonic()
+    n = bench.size(10_000, 2_000)
+    groups = 1000
+    proto = bench.settings("slow", 1)
+    codec = make_codec(proto, SchemaCatalog.load(proto.schemas_dir))
+    values = [(g.encode(), codec.encode("reservation", rec)) for g, _k, _v, rec in
+              events(n, groups=groups, entities=n)]
+    sleep_total = sum(sleep_for(v) for _k, v in values)
+    raw: dict[str, Any] = {"sleep_total_s": sleep_total}
+
+    s = bench.topic_set("slow-serial", 1)
+    out = f"{s.input_topic}.out"
+    create_topic(s, out, 1)
+    group = f"bench-serial-{uuid.uuid4().hex[:6]}"
+    cmd = [sys.executable, "-m", "benchmarks.passthrough", "serial", "--bootstrap", bench.bootstrap,
+           "--input", s.input_topic, "--output", out, "--group", group,
+           "--commit-interval", str(COMMIT_INTERVAL)]
+    raw["serial"] = _timed(bench, s, cmd, group, values, None, "partition-serial loop")
+
+    for c in CONCURRENCY:
+        s = bench.topic_set(f"slow-c{c}", 1)
+        wid = f"bench-slow-{c}-{uuid.uuid4().hex[:6]}"
+        group = f"bench-{wid}"
+        cmd = worker_cmd(s, wid, group, guarantee="exactly-once", concurrency=c,
+                         commit_interval=COMMIT_INTERVAL, app="benchmarks.slow_app:app")
+        raw[f"fifolane_c{c}"] = _timed(bench, s, cmd, group, values, child_env(s),
+                                       f"fifolane concurrency {c}")
+
+    serial = raw["serial"]["seconds"]
+    metrics = []
+    for c in CONCURRENCY:
+        t = raw[f"fifolane_c{c}"]["seconds"]
+        target = ">= 15x" if c == 100 else ""
+        metrics.append(Metric("slow", f"fifolane concurrency {c} speed-up", serial / t, "x serial",
+                              "partition-serial loop", 1.0, target, serial / t >= 15 if c == 100 else None,
+                              note=f"{t:.2f} s vs serial {serial:.2f} s"))
+    slow_plot(bench.results_dir / "slow.png", {c: raw[f"fifolane_c{c}"]["seconds"] for c in CONCURRENCY},
+              serial, PC_README, sleep_total)
+    bench.write_result("slow", metrics, started=started, raw=raw, settings={
+        "events": n, "groups": groups, "partitions": 1, "handler_sleep_ms": "0-5 (uniform, per event)",
+        "guarantee": "exactly-once", "commit_interval_s": COMMIT_INTERVAL, "concurrency": list(CONCURRENCY),
+        "parallel_consumer_readme_s": PC_README,
+    }, notes=["Warm start: each system joined its group on an empty topic before the events were "
+              "produced; time = first produce -> commit covering the last event.",
+              f"Handler sleep per event is deterministic: {sleep_total:.2f} s in total."])
