@@ -1,0 +1,53 @@
+"""Smoke test of the benchmark harness: ``python -m benchmarks run --quick`` against the
+session's Kafka writes complete result files. No timing is asserted: machines differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fifolane.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+
+SUITES = ("ceiling", "stateful", "slow")
+KEYS = {"suite", "quick", "machine", "settings", "raw", "metrics", "notes"}
+
+
+def _rates(data: dict) -> list[float]:
+    return [m["value"] for m in data["metrics"] if m["unit"] in ("events/s", "x serial")
+            and m["value"] is not None]
+
+
+@pytest.mark.timeout(900)
+def test_quick_run_writes_results(kafka_bootstrap: str, tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FIFOLANE_")}
+    env["FIFOLANE_BOOTSTRAP_SERVERS"] = kafka_bootstrap
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "run", "--quick", "--only", ",".join(SUITES),
+         "--results-dir", str(results)],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=880, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for suite in SUITES:
+        data = json.loads((results / f"{suite}.json").read_text())
+        assert set(data) >= KEYS, f"{suite}: missing {KEYS - set(data)}"
+        assert data["quick"] is True
+        assert data["machine"]["cpu_count"] >= 1
+        rates = _rates(data)
+        assert rates and all(r > 0 for r in rates), f"{suite}: {data['metrics']}"
+    stateful = json.loads((results / "stateful.json").read_text())["raw"]
+    assert {"ceiling", "fifolane_ALO", "fifolane_EOS", "quix_env"} <= set(stateful)
+    assert stateful["fifolane_EOS"]["latency_ms"]["seen"] > 0
+    slow = json.loads((results / "slow.json").read_text())["raw"]
+    assert {"serial", "fifolane_c1", "fifolane_c16", "fifolane_c100"} <= set(slow)
+    assert (results / "slow.png").stat().st_size > 0
+    assert (results / "stateful.png").stat().st_size > 0
+    table = (results / "latest.md").read_text()
+    assert "| suite | measurement |" in table and "stateful" in table
