@@ -65,8 +65,10 @@ def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) ->
         bar_plot(path, "Stateful throughput (1 broker)", rates, "events/s")
         made.append(path)
     listeners = results.get("listeners")
-    if listeners and "skipped" not in listeners["raw"]:
-        rates = {k: v["throughput"]["events_per_s"] for k, v in listeners["raw"].items()}
+    if listeners and "skipped" not in listeners["raw"] and any(
+            "throughput" in v for v in listeners["raw"].values()):
+        rates = {k: v["throughput"]["events_per_s"] for k, v in listeners["raw"].items()
+                 if "throughput" in v}
         path = results_dir / "listeners.png"
         bar_plot(path, "Worker throughput by registered listeners", rates, "events/s")
         made.append(path)

@@ -113,17 +113,19 @@ class Commits:
 def watch_committed(bootstrap: str, group_id: str, topic: str, partitions: int, total: int, *,
                     timeout: float, alive: Callable[[], bool] = lambda: True,
                     on_progress: Callable[[int], None] | None = None,
-                    interval: float = 0.02) -> Commits:
+                    interval: float = 0.02, first_commit_timeout: float = 90.0) -> Commits:
     """Sample the group's committed offsets on ``topic`` until they cover ``total`` events.
 
     Uses a consumer that never joins the group (``committed()`` only). Raises if the
-    system under test exits or ``timeout`` passes first.
+    system under test exits, commits nothing within ``first_commit_timeout`` (stuck) or
+    ``timeout`` passes first.
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id,
                          "enable.auto.commit": False})
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     samples: list[tuple[float, int]] = []
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     try:
         while True:
             try:
@@ -141,6 +143,8 @@ def watch_committed(bootstrap: str, group_id: str, topic: str, partitions: int, 
                 return Commits(total, samples)
             if not alive():
                 raise RuntimeError(f"the process under test exited after committing {done}/{total}")
+            if done == 0 and now - started > first_commit_timeout:
+                raise TimeoutError(f"{group_id}: nothing committed after {first_commit_timeout:.0f}s")
             if now > deadline:
                 raise TimeoutError(f"{group_id}: {done}/{total} committed after {timeout:.0f}s")
             time.sleep(interval)  # a sampling interval under a deadline

@@ -75,7 +75,7 @@ def run(bench: Bench) -> None:
         return
     from benchmarks.suites.stateful import run_worker
 
-    n = bench.size(200_000, 20_000)
+    n = bench.size(100_000, 20_000)
     base = bench.topic_set("listeners", PARTITIONS)
     bench.step(f"listeners: pre-producing {n:,} events", n)
     produce_avro(base, events(n), on_progress=bench.advance)
@@ -84,20 +84,33 @@ def run(bench: Bench) -> None:
         "10000 equality": equality_specs(bench.size(10_000, 10_000)), "100 general": general_specs(100),
     }
     raw: dict[str, Any] = {}
+    notes: list[str] = []
     for label, specs in cases.items():
-        raw[label] = run_worker(bench, base, n, "exactly-once", label=f"listeners-{label.replace(' ', '-')}",
-                                listeners=specs or None)
-    rate = {k: float(v["throughput"]["events_per_s"]) for k, v in raw.items()}
+        try:
+            raw[label] = run_worker(bench, base, n, "exactly-once",
+                                    label=f"listeners-{label.replace(' ', '-')}", listeners=specs or None)
+        except RuntimeError as exc:
+            raw[label] = {"error": str(exc)[-3000:]}
+            notes.append(f"{label}: failed: {str(exc).splitlines()[0]}")
+            if specs:
+                notes.append("remaining listener cases not run (same runtime)")
+                break
+    rate: dict[str, float | None] = {k: None for k in cases}
+    rate.update({k: float(v["throughput"]["events_per_s"]) for k, v in raw.items() if "throughput" in v})
     one = rate["1 equality"]
+
+    def ratio_met(value: float | None, floor: float) -> bool | None:
+        return None if value is None or not one else value / one >= floor
+
     metrics = [
         Metric("listeners", "1 equality listener", one, "events/s", "no listeners", rate["none"]),
         Metric("listeners", "100 equality listeners", rate["100 equality"], "events/s", "1 listener", one),
         Metric("listeners", "10,000 equality listeners", rate["10000 equality"], "events/s", "1 listener",
-               one, ">= 0.5x", rate["10000 equality"] / one >= 0.5),
+               one, ">= 0.5x", ratio_met(rate["10000 equality"], 0.5)),
         Metric("listeners", "100 general filters", rate["100 general"], "events/s", "1 listener", one,
-               ">= 0.25x", rate["100 general"] / one >= 0.25),
+               ">= 0.25x", ratio_met(rate["100 general"], 0.25)),
     ]
     bench.write_result("listeners", metrics, started=started, raw=raw, settings={
         "events": n, "partitions": PARTITIONS, "guarantee": "exactly-once",
         "commit_interval_s": COMMIT_INTERVAL, "cases": list(cases),
-    })
+    }, notes=notes)

@@ -116,7 +116,7 @@ def _run_quix(bench: Bench, python: str, base: Settings, json_topic: str, total:
 def run(bench: Bench) -> None:
     """Pre-produce, then ceiling, fifolane ALO/EOS and Quix ALO/EOS over the same events."""
     started = time.monotonic()
-    n = bench.size(300_000, 20_000)
+    n = bench.size(150_000, 20_000)
     probe = {"count": bench.size(3000, 600), "rate": bench.size(500, 300)}
     base = bench.topic_set("stateful", PARTITIONS)
     json_topic = f"{base.input_topic}.json"
@@ -138,8 +138,19 @@ def run(bench: Bench) -> None:
     notes.append("fifolane ran with one registered equality listener." if with_listener else
                  "fifolane ran without listeners: listeners.runtime is not present yet.")
     for g in GUARANTEES:
-        raw[f"fifolane_{_SHORT[g]}"] = run_worker(bench, base, n, g, label=f"stateful-{_SHORT[g]}",
-                                                  listeners=listeners, probe=probe)
+        label = f"stateful-{_SHORT[g]}"
+        try:
+            raw[f"fifolane_{_SHORT[g]}"] = run_worker(bench, base, n, g, label=label,
+                                                      listeners=listeners, probe=probe)
+        except RuntimeError as exc:
+            if not listeners:
+                raise
+            # The listener runtime is another engineer's work in progress: keep the table numbers.
+            notes.append(f"with one listener the {g} worker failed ({str(exc).splitlines()[0]}); "
+                         "fifolane was measured without listeners")
+            raw[f"fifolane_{_SHORT[g]}_listener_error"] = str(exc)[-3000:]
+            listeners = None
+            raw[f"fifolane_{_SHORT[g]}"] = run_worker(bench, base, n, g, label=label, probe=probe)
     env = quix_python()
     raw["quix_env"] = {"python": str(env.python), "quixstreams": env.version,
                        "confluent_kafka": env.confluent_kafka, "error": env.error}
@@ -155,7 +166,7 @@ def run(bench: Bench) -> None:
     bench.write_result("stateful", _metrics(raw), started=started, raw=raw, notes=notes, settings={
         "events": n, "groups": 1000, "entities": n // 2, "partitions": PARTITIONS,
         "commit_interval_s": COMMIT_INTERVAL, "fifolane_concurrency": 16,
-        "latency_probe": probe, "listeners": len(listeners or ()),
+        "latency_probe": probe, "listeners": len(listeners or ()),  # 0 if the listener run failed
     })
 
 
