@@ -26,7 +26,10 @@ __all__ = ["PROJECT_ROOT", "Settings", "load_settings"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 ENV_PREFIX = "FIFOLANE_"
 # Env vars with the prefix that are not settings fields (read by other parts of the project).
-_NON_SETTINGS_ENV = {"CONFIG", "TEST_BOOTSTRAP", "TEST_BROKERS", "LOG_LEVEL", "BENCH_QUICK"}
+_NON_SETTINGS_ENV = {
+    "CONFIG", "TEST_BOOTSTRAP", "TEST_BROKERS", "LOG_LEVEL", "BENCH_QUICK", "FAIL_ON_SKIP", "WORKERS",
+    "FAULTS_LONG",
+}
 
 
 class _TomlSource(PydanticBaseSettingsSource):

@@ -47,6 +47,9 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         guarantee=guarantee,  # type: ignore[arg-type]
         commit_interval=commit_interval, retries=retries, state_dir=state_dir,
         metrics_port=metrics_port, stats_file=stats_file,
+        # A stable id given by the operator: static membership, so a restart (or a crash and
+        # restart within the session timeout) takes its partitions back without a rebalance.
+        static_membership=worker_id is not None,
     )
     sink: Any = None
     if listeners:

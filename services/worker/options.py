@@ -35,6 +35,7 @@ class WorkerOptions:
     metrics_port: int | None = None
     stats_file: Path | None = None
     transaction_timeout_ms: int = 10_000
+    static_membership: bool = False  # group.instance.id = worker_id: a restart keeps its partitions
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:

@@ -104,6 +104,7 @@ class Worker:
             "heartbeat.interval.ms": 1_000,
             "max.poll.interval.ms": 300_000,
             "fetch.wait.max.ms": 50,
+            **({"group.instance.id": o.worker_id} if o.static_membership else {}),
         }))
         pconf: dict[str, Any] = {
             "client.id": f"{o.worker_id}-producer",
