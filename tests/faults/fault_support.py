@@ -18,7 +18,7 @@ from fifolane.testing import History, ProducedEvent, Report, check_history, expe
 from fifolane.testing.records import effects_from, table_from
 from fifolane.testing.workload import TrackedProducer, Workload
 
-__all__ = ["Stream", "collect_history", "committed_effects", "fault_worker", "seeded_rng", "wait_settled"]
+__all__ = ["Stream", "collect_history", "committed_effects", "fault_worker", "input_seqs", "seeded_rng", "wait_settled"]
 
 
 def seeded_rng(default: int) -> random.Random:
@@ -108,3 +108,13 @@ def collect_history(settings: Settings, effect_topic: str | None,
     report = check_history(history)
     print(report.summary())
     return history, report
+
+
+def input_seqs(settings: Settings) -> set[tuple[str, int]]:
+    """``(group, seq)`` of every record on the input topic."""
+    out = set()
+    for m in consume_all(settings, settings.input_topic, isolation="read_uncommitted"):
+        seq = dict(m.headers() or ()).get("test.seq")
+        if seq is not None:
+            out.add(((m.key() or b"").decode(), int(seq)))
+    return out

@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from worker_support import CATALOG, WorkerThread, read_dlq, read_table, reservation, send_events, wait_accounted
+from worker_support import (
+    CATALOG,
+    WorkerThread,
+    read_dlq,
+    read_table,
+    reservation,
+    send_events,
+    wait_accounted,
+)
 
 from fifolane.config import Settings
 from fifolane.serde import make_codec

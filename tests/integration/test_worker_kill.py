@@ -73,7 +73,7 @@ def test_sigkill_restart_and_scaling_keep_exactly_once(settings: Settings, topic
     w2.start()
     result: dict[str, Any] = {}
     done = threading.Event()
-    producer_thread = threading.Thread(target=lambda: result.update(zip(("sent", "ref"), _stream(settings, audit, done))))
+    producer_thread = threading.Thread(target=lambda: result.update(zip(("sent", "ref"), _stream(settings, audit, done), strict=True)))
     producer_thread.start()
     try:
         def audited() -> int:

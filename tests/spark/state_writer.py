@@ -50,7 +50,7 @@ class StateWriter:
 
     def _send(self, type_name: str, key: str, group: str, version: int, value: bytes | None,
               timestamp_ms: int | None) -> None:
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             ("fifolane.type", type_name.encode()),
             ("fifolane.group", group.encode()),
             ("fifolane.version", str(version).encode()),
@@ -67,7 +67,7 @@ class StateWriter:
         with that schema instead of the current one; ``codec`` overrides the writer's codec."""
         record = dict(record)
         if writer_schema is not None:
-            parsed = parse_schema(writer_schema, named_schemas={})
+            parsed: dict[str, Any] = parse_schema(writer_schema, named_schemas={})  # type: ignore[assignment]
             buf = io.BytesIO()
             buf.write(SINGLE_OBJECT_MAGIC + fingerprint_bytes(schema_fingerprint(parsed)))
             schemaless_writer(buf, parsed, record)
