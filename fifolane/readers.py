@@ -36,7 +36,8 @@ def read_to_end(settings: Settings, topic: str, timeout: float = 60.0) -> list[A
         pending = set(ends)
         deadline = time.monotonic() + timeout
         while pending and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, timeout=0.5):
+            batch: list[Any] = consumer.consume(10_000, timeout=0.5)
+            for msg in batch:
                 err = msg.error()
                 p = msg.partition()
                 if err is not None:
