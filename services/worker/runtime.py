@@ -526,7 +526,9 @@ class Worker:
         now = time.monotonic()
         refresh = now >= self._next_marker
         if refresh:
-            self._next_marker = now + 5.0
+            # An older marker only makes the next restore re-read a little more; each refresh
+            # costs a round trip per partition, so keep it rare.
+            self._next_marker = now + 30.0
         consumer = self.consumer
         assert consumer is not None
         for p, store in self.stores.stores.items():
@@ -609,7 +611,7 @@ class Worker:
     # ------------------------------------------------------------------ reporting
     def _write_stats(self, force: bool = False) -> None:
         now = time.monotonic()
-        if self.opts.stats_file is None or (now < self._next_stats and not force):
+        if (self.opts.stats_file is None and self.metrics_port is None) or (now < self._next_stats and not force):
             return
         self._next_stats = now + 0.5
         consumer = self.consumer
@@ -623,7 +625,8 @@ class Worker:
                     continue
                 if high >= 0 and pos >= 0:
                     self.stats.lag[p] = high - pos
-        self.stats.write(Path(self.opts.stats_file))
+        if self.opts.stats_file is not None:
+            self.stats.write(Path(self.opts.stats_file))
 
 
 def _row(w: Write) -> Row:

@@ -29,12 +29,14 @@ def seeded_rng(default: int) -> random.Random:
 
 
 def fault_worker(settings: Settings, worker_id: str, tmp: Path, effect_topic: str,
-                 concurrency: int = 8) -> WorkerProcess:
+                 concurrency: int = 8, listeners: bool = True) -> WorkerProcess:
     """A ``python -m services.worker`` process running ``apps.fault_app``."""
     proc = WorkerProcess(settings, worker_id, tmp, app="apps.fault_app:app",
-                         extra=["--concurrency", str(concurrency)])
+                         extra=["--concurrency", str(concurrency),
+                                *([] if listeners else ["--no-listeners"])])
     base = proc.env
-    extra = {"FAULT_EFFECT_TOPIC": effect_topic, "FAULT_WORKER": worker_id}
+    extra = {"FAULT_EFFECT_TOPIC": effect_topic, "FAULT_WORKER": worker_id,
+             "FIFOLANE_REPLICATION_FACTOR": str(settings.replication_factor)}
     proc.env = lambda: {**base(), **extra}  # type: ignore[method-assign]
     return proc
 

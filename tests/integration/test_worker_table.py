@@ -78,3 +78,22 @@ def test_delete_version_survives_restore_on_another_worker(settings: Settings, t
     table = read_table(settings)
     assert table["reservation/A"][0] == 6 and table["reservation/A"][1] is not None
     assert table["reservation/B"][0] == 2
+
+
+@pytest.mark.parametrize("guarantee", ["at-least-once", "exactly-once"])
+def test_guarantees_and_metrics_endpoint(settings: Settings, topics: Any, guarantee: str) -> None:
+    """Both guarantees give the same table; the Prometheus endpoint reports the counters."""
+    import urllib.request
+
+    events = [_ev(ADD, f"M{i}", 1, flight=f"F{i % 5}") for i in range(50)] + [_ev(ADD, "M0", 1, flight="F0")]
+    n = send_events(settings, events)
+    with WorkerThread(settings, concurrency=2, guarantee=guarantee, metrics_port=0) as w:
+        wait_accounted([w], n)
+        port = w.worker.metrics_port
+        assert port
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "fifolane_events_processed_total{worker=\"w1\"} 50.0" in body, body[:1500]
+    assert 'fifolane_events_superseded_total{worker="w1"} 1.0' in body
+    assert "fifolane_commit_latency_seconds" in body and "fifolane_in_flight_groups" in body
+    table = read_table(settings)
+    assert sorted(table) == sorted(f"reservation/M{i}" for i in range(50))
