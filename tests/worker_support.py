@@ -137,6 +137,15 @@ class _Snapshot:
     dead_lettered: int = 0
 
 
+def _die_with_parent() -> None:
+    """Linux: SIGKILL the worker when the test process dies, so no orphan keeps a group busy."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 class WorkerProcess:
     """A worker in its own process (``python -m services.worker``), for kill tests."""
 
@@ -171,7 +180,7 @@ class WorkerProcess:
         self.runs += 1
         log = self.log_file.open("ab")
         self.proc = subprocess.Popen(self.args, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=PROJECT_ROOT)
+                                     cwd=PROJECT_ROOT, preexec_fn=_die_with_parent)
         return self
 
     def snapshot(self) -> dict[str, Any]:
