@@ -71,6 +71,15 @@ def _kafka(settings: Settings, console: Console) -> Iterator[Settings]:
         console.print("Kafka: the local cluster this demo started is stopped")
 
 
+def _die_with_parent() -> None:
+    """Linux: the workers get SIGKILL if the demo itself dies, so none is left behind."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
 class _WorkerProc:
     def __init__(self, settings: Settings, worker_id: str, run_dir: Path, group_id: str) -> None:
         self.worker_id = worker_id
@@ -88,7 +97,7 @@ class _WorkerProc:
     def start(self) -> None:
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=PROJECT_ROOT)
+                                         cwd=PROJECT_ROOT, preexec_fn=_die_with_parent)
 
     def kill(self) -> None:
         assert self.proc is not None
