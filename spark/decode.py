@@ -13,13 +13,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
 from fifolane.errors import UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
+from fifolane.serde.confluent import RegistryClient
 from spark.wire import soe_writer
 
 __all__ = ["decode_entities", "resolve_writers", "schema_json"]
@@ -38,14 +38,12 @@ def schema_json(schema: dict[str, Any]) -> str:
     return json.dumps(clean(schema))
 
 
-def _registry_writer(catalog: SchemaCatalog, registry_url: str, schema_id: int) -> WriterSchema:
-    url = f"{registry_url.rstrip('/')}/schemas/ids/{schema_id}"
+def _registry_writer(catalog: SchemaCatalog, registry: RegistryClient, schema_id: int) -> WriterSchema:
+    text = registry.schema_by_id(schema_id)
     try:
-        response = httpx.get(url, timeout=20.0)
-        response.raise_for_status()
-        raw = json.loads(response.json()["schema"])
-    except (httpx.HTTPError, ValueError, KeyError) as exc:
-        raise UnknownSchemaError(f"schema id {schema_id}: cannot fetch {url}: {exc}") from exc
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise UnknownSchemaError(f"registry schema id {schema_id} is not JSON: {exc}") from exc
     return catalog.writer_for_schema(raw, f"registry id {schema_id}")
 
 
@@ -64,6 +62,7 @@ def resolve_writers(
     entity = catalog.entity(type_name)
     by_soe = {soe_writer(fp): w for fp, w in catalog.writers.items()}
     resolved: dict[str, WriterSchema] = {}
+    registry: RegistryClient | None = None
     for writer in sorted(set(writers)):
         if writer.startswith("cf:"):
             if registry_url is None:
@@ -71,7 +70,8 @@ def resolve_writers(
                     f"{type_name} records use Confluent framing ({writer}) but "
                     "FIFOLANE_SCHEMA_REGISTRY_URL is not set"
                 )
-            found: WriterSchema | None = _registry_writer(catalog, registry_url, int(writer[3:]))
+            registry = registry or RegistryClient(registry_url)
+            found: WriterSchema | None = _registry_writer(catalog, registry, int(writer[3:]))
         else:
             found = by_soe.get(writer)
         if found is None or found.entity is None or found.entity.name != entity.name:
@@ -80,6 +80,8 @@ def resolve_writers(
                 f"{', '.join(sorted(w for w, s in by_soe.items() if s.entity is entity))})"
             )
         resolved[writer] = found
+    if registry is not None:
+        registry.close()
     return resolved
 
 

@@ -57,6 +57,8 @@ class BuildReport:
     #: live entities per type and writer id (``soe:<fingerprint>`` / ``cf:<id>``)
     entities: dict[str, dict[str, int]] = field(default_factory=dict)
     warning: str | None = None
+    #: schema (JSON) of every written view, by name
+    schemas: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -123,7 +125,7 @@ def build_views(
         views = compute_views(tables["reservation"], tables["flight"])
         for name in VIEW_NAMES:
             with step(f"writing view {name}"):
-                write_view(name, views[name], out)
+                report.schemas[name] = write_view(name, views[name], out)
             lap(name)
     finally:
         for df in cached:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 __all__ = ["MANIFEST", "PARTITION_BY", "read_manifest", "read_view", "write_manifest", "write_view"]
 
@@ -21,13 +22,18 @@ MANIFEST = "_build.json"
 PARTITION_BY: dict[str, tuple[str, ...]] = {"reservations": ("state",)}
 
 
-def write_view(name: str, df: DataFrame, out: Path) -> None:
-    """Write one view as Parquet to ``<out>/<name>``, replacing an earlier build."""
+def write_view(name: str, df: DataFrame, out: Path) -> str:
+    """Write one view as Parquet to ``<out>/<name>``, replacing an earlier build.
+
+    Returns the view's schema (JSON), kept in the manifest: an empty partitioned view has no
+    file to infer it from, and partitioning moves partition columns last on read.
+    """
     partition_by = PARTITION_BY.get(name, ())
     writer = (df if partition_by else df.coalesce(1)).write.mode("overwrite")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(str(out / name))
+    return df.schema.json()
 
 
 def read_view(spark: SparkSession, name: str, out: Path) -> DataFrame:
@@ -40,7 +46,11 @@ def read_view(spark: SparkSession, name: str, out: Path) -> DataFrame:
         raise FifolaneError(
             f"no view '{name}' under {out}; built views: {', '.join(known) or 'none (run fifolane views build)'}"
         )
-    return spark.read.parquet(str(path))
+    schema = ((read_manifest(out) or {}).get("schemas") or {}).get(name)
+    if schema is None:
+        return spark.read.parquet(str(path))
+    struct = StructType.fromJson(json.loads(schema))
+    return spark.read.schema(struct).parquet(str(path)).select(*struct.fieldNames())
 
 
 def write_manifest(out: Path, manifest: dict[str, Any]) -> Path:
