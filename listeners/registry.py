@@ -302,6 +302,8 @@ class RegistryFollower:
         self.poll_timeout = poll_timeout
         self._queue: queue.SimpleQueue[RegistryRecord] = queue.SimpleQueue()
         self._position = 0
+        self._target: int | None = None
+        self._want_target = threading.Event()
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
@@ -318,8 +320,16 @@ class RegistryFollower:
     def _run(self) -> None:
         consumer = self._consumer
         assert consumer is not None
+        tp = TopicPartition(self.settings.registry_topic, 0)
         try:
             while not self._stop.is_set():
+                if self._want_target.is_set():
+                    # librdkafka calls on one consumer are not made from two threads here.
+                    _lo, high = consumer.get_watermark_offsets(tp, timeout=10)
+                    self._want_target.clear()
+                    with self._cond:
+                        self._target = high
+                        self._cond.notify_all()
                 msgs = consumer.consume(500, timeout=self.poll_timeout)
                 pos = self._position
                 for msg in msgs:
@@ -358,20 +368,17 @@ class RegistryFollower:
         Records of transactions still open at the call are waited for too (a new partition
         owner then sees the previous owner's last snapshot progress). False on timeout.
         """
-        consumer = self._consumer
-        assert consumer is not None
-        _lo, high = consumer.get_watermark_offsets(
-            TopicPartition(self.settings.registry_topic, 0), timeout=timeout
-        )
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._position < high:
+            self._target = None
+            self._want_target.set()
+            while self._target is None or self._position < self._target:
                 if self.error is not None or self._thread is None or not self._thread.is_alive():
                     return False
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    log.warning("registry not caught up after %.0fs (at %d of %d)", timeout,
-                                self._position, high)  # fmt: skip
+                    log.warning("registry not caught up after %.0fs (at %d of %s)", timeout,
+                                self._position, self._target)  # fmt: skip
                     return False
                 self._cond.wait(min(left, 0.5))
         return True
