@@ -36,8 +36,9 @@ def _run(args: argparse.Namespace) -> int:
             except Exception:  # noqa: BLE001 - one failing suite must not lose the others
                 failed.append(name)
                 bench.log(f"[red]suite {name} failed:[/red]\n{traceback.format_exc()}")
+        # The table covers every suite with a result here: an --only run updates its rows.
         results = {}
-        for name in names:
+        for name in SUITES:
             path = results_dir / f"{name}.json"
             if name not in failed and path.exists():
                 results[name] = json.loads(path.read_text())
