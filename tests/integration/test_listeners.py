@@ -48,7 +48,11 @@ def _notes(settings: Settings, name: str, n: int, timeout: float = 30.0) -> list
     got: list[dict[str, Any]] = []
     # spec given: removed listeners too (all of these use the default output topic)
     with ListenerClient(settings, name, from_beginning=True, spec=ListenerSpec(name=name)) as client:
-        wait_until(lambda: got.extend(client.poll(0.2)) or len(got) >= n, timeout=timeout,
+        def more() -> bool:
+            got.extend(client.poll(0.2))
+            return len(got) >= n
+
+        wait_until(more, timeout=timeout,
                    message=lambda: f"{len(got)} of {n} notifications: {got}")
         extra = client.poll(1.0)
         assert client.gaps == [] and client.duplicates == 0
