@@ -60,7 +60,9 @@ def populate(settings: Settings, catalog: SchemaCatalog, entities: int, seed: in
             if sent:
                 producer.commit_transaction(120)
             producer.begin_transaction()
-        headers = [("fifolane.type", type_name), ("fifolane.group", group), ("fifolane.version", str(version))]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("fifolane.type", type_name), ("fifolane.group", group), ("fifolane.version", str(version)),
+        ]
         while True:
             try:
                 producer.produce(settings.state_topic, key=f"{type_name}/{key}", value=value,
