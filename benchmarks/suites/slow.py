@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import ConsumerGroupState
+from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from benchmarks.events import events, produce_raw, sleep_for
@@ -40,7 +40,11 @@ def _wait_joined(bootstrap: str, group: str, alive: Any, timeout: float = 60.0) 
     while time.monotonic() < deadline:
         if not alive():
             raise RuntimeError(f"{group}: process exited before joining")
-        desc = admin.describe_consumer_groups([group])[group].result(10)
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(10)
+        except KafkaException:  # coordinator not there yet (fresh broker): ask again
+            time.sleep(0.2)
+            continue
         if desc.state == ConsumerGroupState.STABLE and any(
                 m.assignment.topic_partitions for m in desc.members):
             time.sleep(0.5)  # let the on-assign work (restore of an empty store) finish

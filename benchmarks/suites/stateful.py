@@ -135,7 +135,7 @@ def run(bench: Bench) -> None:
     raw["ceiling"] = ceiling.to_dict()
     with_listener = runtime_present()
     listeners = equality_specs(1) if with_listener else None
-    notes.append("fifolane ran with one registered equality listener." if with_listener else
+    notes.append("fifolane was run with one registered equality listener (see below if it failed)." if with_listener else
                  "fifolane ran without listeners: listeners.runtime is not present yet.")
     for g in GUARANTEES:
         label = f"stateful-{_SHORT[g]}"
