@@ -8,7 +8,7 @@ CONFIRMED seats per flight. The results are checked equal.
     python benchmarks/spark_views.py --entities 1000000 [--bootstrap HOST:PORT] [--master URL]
 
 Without ``--bootstrap`` (or FIFOLANE_TEST_BOOTSTRAP) a one-node local Kafka is started under
-``.fifolane/bench-kafka`` and stopped at the end. ``FIFOLANE_BENCH_QUICK=1`` runs 20,000.
+``.fifolane/bench-kafka-spark-views`` (its own home: other benchmarks use theirs) and stopped at the end. ``FIFOLANE_BENCH_QUICK=1`` runs 20,000.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def main() -> None:
     if not bootstrap:
         from fifolane.cluster import LocalCluster
 
-        cluster = LocalCluster(PROJECT_ROOT / ".fifolane" / "bench-kafka", libs=PROJECT_ROOT / ".fifolane" / "kafka" / "libs")
+        cluster = LocalCluster(PROJECT_ROOT / ".fifolane" / "bench-kafka-spark-views", libs=PROJECT_ROOT / ".fifolane" / "kafka" / "libs")
         bootstrap = cluster.up(timeout=180, fresh=True).bootstrap_servers
     try:
         suffix = uuid.uuid4().hex[:8]
