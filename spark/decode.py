@@ -17,10 +17,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from fifolane.errors import UnknownSchemaError
+from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.confluent import RegistryClient
-from spark.wire import soe_writer
+from spark.wire import BAD_HEADER, soe_writer
 
 __all__ = ["decode_entities", "resolve_writers", "schema_json"]
 
@@ -61,27 +61,35 @@ def resolve_writers(
     """
     entity = catalog.entity(type_name)
     by_soe = {soe_writer(fp): w for fp, w in catalog.writers.items()}
+    known = ", ".join(sorted(w for w, s in by_soe.items() if s.entity is entity))
     resolved: dict[str, WriterSchema] = {}
     registry: RegistryClient | None = None
-    for writer in sorted(set(writers)):
-        if writer.startswith("cf:"):
-            if registry_url is None:
-                raise UnknownSchemaError(
-                    f"{type_name} records use Confluent framing ({writer}) but "
-                    "FIFOLANE_SCHEMA_REGISTRY_URL is not set"
+    try:
+        for writer in sorted(set(writers)):
+            if writer == BAD_HEADER:
+                raise SerializationError(
+                    f"{type_name} values on the state topic start with neither C3 01 (single-object) "
+                    "nor 00 (Confluent); see docs/formats.md"
                 )
-            registry = registry or RegistryClient(registry_url)
-            found: WriterSchema | None = _registry_writer(catalog, registry, int(writer[3:]))
-        else:
-            found = by_soe.get(writer)
-        if found is None or found.entity is None or found.entity.name != entity.name:
-            raise UnknownSchemaError(
-                f"no {type_name} writer schema for {writer} (known fingerprints: "
-                f"{', '.join(sorted(w for w, s in by_soe.items() if s.entity is entity))})"
-            )
-        resolved[writer] = found
-    if registry is not None:
-        registry.close()
+            if writer.startswith("cf:"):
+                if registry_url is None:
+                    raise UnknownSchemaError(
+                        f"{type_name} records use Confluent framing ({writer}) but "
+                        "FIFOLANE_SCHEMA_REGISTRY_URL is not set"
+                    )
+                registry = registry or RegistryClient(registry_url)
+                found: WriterSchema | None = _registry_writer(catalog, registry, int(writer[3:]))
+            else:
+                found = by_soe.get(writer)
+            if found is None or found.entity is None or found.entity.name != entity.name:
+                raise UnknownSchemaError(
+                    f"no {type_name} writer schema for {writer} (known: {known}); is an older "
+                    "schema missing from schemas/history/?"
+                )
+            resolved[writer] = found
+    finally:
+        if registry is not None:
+            registry.close()
     return resolved
 
 
@@ -97,7 +105,7 @@ def _decode_expr(body: Column, writer: Column, reader: str, writers: dict[str, W
     if expr is None:  # no record of this type: the current schema gives the empty table its columns
         return from_avro(body, reader)
     # Writers were collected from the same data; this only guards against a mismatch.
-    unknown = F.concat(F.lit("unknown writer schema "), F.coalesce(writer, F.lit("(bad header)")))
+    unknown = F.concat(F.lit("unknown writer schema "), F.coalesce(writer, F.lit(BAD_HEADER)))
     return expr.otherwise(F.raise_error(unknown))
 
 

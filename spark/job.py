@@ -30,6 +30,7 @@ from spark.views import (
     build_revenue_per_route,
     build_seats_per_flight,
 )
+from spark.wire import BAD_HEADER
 
 __all__ = ["VIEW_NAMES", "BuildReport", "build_views", "compute_views"]
 
@@ -108,7 +109,7 @@ def build_views(
         state = read_state(spark, settings, ending_offsets=report.ending_offsets)
         state = state.persist(StorageLevel.MEMORY_AND_DISK)
         for row in state.groupBy("type", "writer").agg(F.count(F.lit(1)).alias("n")).collect():
-            report.entities.setdefault(row["type"], {})[row["writer"] or "(bad header)"] = row["n"]
+            report.entities.setdefault(row["type"], {})[row["writer"] or BAD_HEADER] = row["n"]
     lap("read")
 
     cached: list[DataFrame] = [state]

@@ -12,8 +12,10 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-__all__ = ["body_column", "confluent_writer", "soe_writer", "writer_column"]
+__all__ = ["BAD_HEADER", "body_column", "confluent_writer", "soe_writer", "writer_column"]
 
+#: The ``writer`` reported for a value with neither header (the column itself is null).
+BAD_HEADER = "(bad header)"
 _SOE = "soe:"
 _CONFLUENT = "cf:"
 
