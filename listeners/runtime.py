@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -90,12 +90,15 @@ class ListenerRuntime:
 
     ``snapshot_batch``: entities scanned per ``after_commit`` for include-current-state
     (shared by the snapshots in progress); ``housekeeping_interval``: seconds between lease
-    and invalid-registration checks.
+    and invalid-registration checks; ``topic_partitions``: see the attribute.
     """
 
     def __init__(self, settings: Settings, *, snapshot_batch: int = 5000,
-                 housekeeping_interval: float = 0.5, sync_timeout: float = 60.0) -> None:  # fmt: skip
+                 housekeeping_interval: float = 0.5, sync_timeout: float = 60.0,
+                 topic_partitions: Callable[[str], int] | None = None) -> None:  # fmt: skip
         self.settings = settings
+        #: Output topic -> partition count, creating it if missing (replaceable in benchmarks).
+        self.topic_partitions = topic_partitions or (lambda t: ensure_output_topic(settings, t))
         self.snapshot_batch = snapshot_batch
         self.housekeeping_interval = housekeeping_interval
         self.sync_timeout = sync_timeout
@@ -290,7 +293,7 @@ class ListenerRuntime:
             log.warning("listener %r not activated: %s", spec.name, exc)
             return
         topic = spec.topic(self.settings)
-        parts = ensure_output_topic(self.settings, topic)
+        parts = self.topic_partitions(topic)
         self._active[spec.name] = _Active(
             spec, topic, parts, [(HEADER_LISTENER, spec.name.encode())]
         )
