@@ -30,13 +30,9 @@ def seeded_rng(default: int) -> random.Random:
 
 
 def fault_worker(settings: Settings, worker_id: str, tmp: Path, effect_topic: str,
-                 concurrency: int = 8, listeners: bool = False) -> WorkerProcess:
-    """A ``python -m services.worker`` process running ``apps.fault_app``.
-
-    ``listeners=False`` (``--no-listeners``) by default: with the listener runtime on, the
-    worker's poll loop blocks in ``ListenerRuntime.after_commit`` -> ``RegistryFollower.sync``
-    before its first assignment and never gets partitions (reported with issue 7).
-    """
+                 concurrency: int = 8, listeners: bool = True) -> WorkerProcess:
+    """A ``python -m services.worker`` process running ``apps.fault_app`` (listener runtime on,
+    as deployed; ``listeners=False`` passes ``--no-listeners``)."""
     proc = WorkerProcess(settings, worker_id, tmp, app="apps.fault_app:app",
                          extra=["--concurrency", str(concurrency),
                                 *([] if listeners else ["--no-listeners"])])
