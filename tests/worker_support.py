@@ -93,10 +93,11 @@ def wait_accounted(workers: list[Any], n: int, timeout: float = 60.0) -> None:
 class WorkerThread:
     """A Worker running in a thread of the test process."""
 
-    def __init__(self, settings: Settings, app: App | None = None, **options: Any) -> None:
+    def __init__(self, settings: Settings, app: App | None = None, *, listeners: Any = None,
+                 **options: Any) -> None:
         options.setdefault("worker_id", "w1")
         options.setdefault("state_dir", settings.home / "state" / options["worker_id"])
-        self.worker = Worker(settings, app, WorkerOptions(**options))
+        self.worker = Worker(settings, app, WorkerOptions(**options), listeners=listeners)
         self.thread = threading.Thread(target=self._run, name=f"worker-{options['worker_id']}", daemon=True)
         self.error: BaseException | None = None
 

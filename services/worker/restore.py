@@ -18,13 +18,16 @@ log = logging.getLogger(__name__)
 
 
 def _row_from(msg: Any) -> Row | None:
-    headers = dict(msg.headers() or ())
-    version = headers.get("fifolane.version")
-    group = headers.get("fifolane.group")
+    version = group = None
+    for name, value in msg.headers() or ():
+        if name == "fifolane.version":
+            version = value
+        elif name == "fifolane.group":
+            group = value
     if version is None or group is None:
         return None  # not written by a fifolane worker; nothing to remember
-    value = msg.value()
-    return Row(int(version), value is None, group.decode(), value)
+    data = msg.value()
+    return Row(int(version), data is None, group.decode(), data)
 
 
 def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, stores: StoreManager,
@@ -65,6 +68,7 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         done = 0
         consumer.assign([TopicPartition(topic, partition, start)])
         next_offset = start
+        fresh = start == low and store.is_empty()
         # ``high`` counts records of transactions still open (say, of a worker that was
         # killed): keep reading until the position passes it, so a transaction that the
         # coordinator still commits is not missed. Bounded by the transaction timeout.
@@ -73,23 +77,25 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         while not at_end:
             rows: list[tuple[bytes, Row]] = []
             msgs: list[Any] = consumer.consume(batch, timeout=0.5)
+            eof = False
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        eof = True
                         continue
                     raise RuntimeError(f"restore of {topic}[{partition}] failed: {err}")
                 next_offset = msg.offset() + 1
                 row = _row_from(msg)
                 if row is not None:
                     rows.append((msg.key(), row))
-            if len(msgs) < batch:
+            if eof or len(msgs) < batch:
                 pos = consumer.position([tp])[0].offset
                 if pos >= 0:
                     next_offset = max(next_offset, pos)
                 at_end = next_offset >= high or time.monotonic() > deadline
             if rows or at_end:
-                store.restore_batch(rows, next_offset)
+                store.restore_batch(rows, next_offset, fresh=fresh)
                 done += len(rows)
                 stats.restored_records += len(rows)
             now = time.monotonic()

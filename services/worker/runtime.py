@@ -15,6 +15,7 @@ nothing and applies nothing twice: uncommitted work is replayed from the input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import threading
@@ -43,11 +44,8 @@ __all__ = ["Worker"]
 log = logging.getLogger(__name__)
 
 _EOF = KafkaError._PARTITION_EOF
-_Result = tuple[Event, Effects | None, BaseException | None, int]
-
-
-class _Redeliver(Exception):
-    """Internal: the current transaction was aborted; consumption was rewound."""
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_Result = tuple[Event, Effects | None, BaseException | None, int, float]
 
 
 class Worker:
@@ -79,6 +77,9 @@ class Worker:
         self._next_checkpoint = 0.0
         self._next_marker = 0.0
         self._next_stats = 0.0
+        self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+        self._recoveries: list[float] = []
+        self._producer_conf: dict[str, Any] = {}
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
         self.metrics_port: int | None = None
@@ -120,6 +121,7 @@ class Worker:
         if self.eos:
             pconf["transactional.id"] = f"{self.group_id}-{o.worker_id}"
             pconf["transaction.timeout.ms"] = o.transaction_timeout_ms
+        self._producer_conf = pconf
         self.producer = Producer(s.kafka_config(**pconf))
         if self.eos:
             # Fences a previous incarnation with the same id and aborts its open transaction.
@@ -150,18 +152,32 @@ class Worker:
         assert consumer is not None
         sched = self.sched
         got = 0
-        if sched.queued < self.opts.max_buffered:
+        if sched.queued < self._buffer_limit():
             timeout = 0.0 if sched.queued else 0.1
             msgs = consumer.consume(1000, timeout=timeout)
             got = len(msgs)
             try:
                 for msg in msgs:
                     self._ingest(msg)
-            except _Redeliver:
+            except KafkaException as exc:  # the producer failed mid-batch: replay the batch
+                self._abort(exc)
                 return
         self._pump(block=got == 0 and sched.in_flight > 0)
         if time.monotonic() >= self._next_checkpoint:
             self.checkpoint()
+
+    def _buffer_limit(self) -> int:
+        """How many events may wait in group queues.
+
+        A checkpoint drains them all, so they must be handled within about one commit
+        interval (and well within the transaction timeout): with slow handlers the bound
+        shrinks to what ``concurrency`` handlers get through in that time.
+        """
+        limit = self.opts.max_buffered
+        if self._avg_call > 0:
+            c = self.opts.concurrency
+            limit = min(limit, max(4 * c, int(c * self.opts.commit_interval / self._avg_call)))
+        return limit
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -171,7 +187,10 @@ class Worker:
                 log.warning("consumer close: %s", exc)
             self.consumer = None
         if self.producer is not None:
-            self.producer.flush(10)
+            try:
+                self.producer.flush(10)
+            except KafkaException as exc:
+                log.warning("producer flush on close: %s", exc)
             self.producer = None
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -180,6 +199,8 @@ class Worker:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop = None
         self.stores.close_all()
+        if self.listeners is not None and hasattr(self.listeners, "close"):
+            self.listeners.close()
         self._write_stats(force=True)
 
     # ------------------------------------------------------------------ ingest
@@ -292,27 +313,29 @@ class Worker:
 
     def _call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
         attempt = 0
+        t0 = time.perf_counter()
         while True:
             state = CallState(event, store, self.codec, self.catalog, self._decode_value)
             try:
                 self._collect(state, spec.fn(event, state))
-                return event, state.effects, None, attempt
+                return event, state.effects, None, attempt, time.perf_counter() - t0
             except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
                 if attempt >= self.opts.retries:
-                    return event, None, exc, attempt
+                    return event, None, exc, attempt, time.perf_counter() - t0
                 time.sleep(self.opts.retry_backoff * (2**attempt))
                 attempt += 1
 
     async def _call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
         attempt = 0
+        t0 = time.perf_counter()
         while True:
             state = CallState(event, store, self.codec, self.catalog, self._decode_value)
             try:
                 self._collect(state, await spec.fn(event, state))
-                return event, state.effects, None, attempt
+                return event, state.effects, None, attempt, time.perf_counter() - t0
             except Exception as exc:  # noqa: BLE001
                 if attempt >= self.opts.retries:
-                    return event, None, exc, attempt
+                    return event, None, exc, attempt, time.perf_counter() - t0
                 await asyncio.sleep(self.opts.retry_backoff * (2**attempt))
                 attempt += 1
 
@@ -358,8 +381,9 @@ class Worker:
         self.stats.max_in_flight = sched.max_in_flight
 
     def _finish(self, result: _Result, scheduled: bool = True) -> None:
-        event, effects, exc, retries = result
+        event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
+        self._avg_call += 0.05 * (took - self._avg_call)  # EWMA of a handler call
         if exc is not None:
             log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                         event.type, event.key, event.group, event.offset, retries, exc)
@@ -400,10 +424,10 @@ class Worker:
 
     def _write(self, store: PartitionStore, event: Event, ekey: bytes, old: Row | None,
                new: Row, record: dict[str, Any] | None) -> None:
-        store.put(ekey, new)
+        store.put(ekey, new, old)
         self._produce(self._state_topic, new.value, ekey, partition=event.partition, headers=[
-            ("fifolane.type", ekey.split(b"/", 1)[0]),
-            ("fifolane.group", event.group.encode()),
+            ("fifolane.type", ekey[: ekey.find(b"/")]),
+            ("fifolane.group", new.group.encode()),
             ("fifolane.version", str(new.version).encode()),
         ])
         self.stats.state_writes += 1
@@ -497,7 +521,10 @@ class Worker:
             if left:
                 raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
             if offsets:
-                consumer.commit(offsets=offsets, asynchronous=False)
+                try:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+                except KafkaException as exc:  # at-least-once: the events may be seen again
+                    log.warning("offset commit failed (events may be redelivered): %s", exc)
         self._txn_open = False
         self._persist_state()
         self._next_offsets.clear()
@@ -505,7 +532,11 @@ class Worker:
         if self.listeners is not None:
             # A safe point: nothing in flight, nothing staged, no open transaction.
             self.listeners.after_commit(self)
-        ms = (time.perf_counter() - t0) * 1000
+        took = time.perf_counter() - t0
+        ms = took * 1000
+        # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
+        # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
+        self._next_checkpoint = time.monotonic() + min(max(self.opts.commit_interval, 9 * took), 5.0)
         self.stats.commits += 1
         self.stats.last_commit_ms = ms
         self.stats.commit_ms_total += ms
@@ -536,21 +567,56 @@ class Worker:
             if refresh:
                 # We are this partition's only writer and everything we wrote is committed:
                 # its high watermark is a safe restore start for the next owner of this store.
-                marker = consumer.get_watermark_offsets(TopicPartition(self._state_topic, p), timeout=10)[1]
+                try:
+                    marker = consumer.get_watermark_offsets(TopicPartition(self._state_topic, p), timeout=10)[1]
+                except KafkaException as exc:  # leader moving: keep the older marker this time
+                    log.info("state topic offsets of partition %d not available now: %s", p, exc)
+                    self._next_marker = now
+                    marker = None
             store.commit(marker)
 
     def _abort(self, exc: KafkaException) -> None:
+        """Abort the open transaction and replay its input; recover from a fatal producer.
+
+        A fatal error other than fencing (say INVALID_TXN_STATE after a broker failover)
+        gets a new producer with the same transactional id. Being fenced by another
+        instance with our id is the one case where this worker must stop.
+        """
         err = exc.args[0]
-        if err.fatal():
-            log.error("fatal producer error (fenced by a newer instance?): %s", err)
+        if err.code() in _FENCED:
+            log.error("fenced by a newer instance with transactional id of worker %s: %s",
+                      self.opts.worker_id, err)
             raise exc
         log.warning("aborting transaction: %s", err)
-        producer, consumer = self.producer, self.consumer
-        assert producer is not None and consumer is not None
-        producer.abort_transaction(30)
+        producer = self.producer
+        assert producer is not None
+        fatal = err.fatal()
+        if not fatal and self.eos:
+            try:
+                producer.abort_transaction(30)
+            except KafkaException as abort_exc:
+                fatal = abort_exc.args[0].fatal()
+                if not fatal:
+                    raise
+        if fatal:
+            self._new_producer(err)
         self._txn_open = False
         self.stats.aborts += 1
         self._rewind()
+
+    def _new_producer(self, err: KafkaError) -> None:
+        now = time.monotonic()
+        self._recoveries = [t for t in self._recoveries if now - t < 60] + [now]
+        if len(self._recoveries) > 5:
+            raise KafkaException(err)  # keeps failing: let the supervisor restart us
+        log.warning("fatal producer error (%s): starting a new producer", err)
+        old = self.producer
+        self.producer = Producer(self.settings.kafka_config(**self._producer_conf))
+        if self.eos:
+            self.producer.init_transactions(60)
+        if old is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                old.purge()
 
     def _rewind(self) -> None:
         """Forget uncommitted work and consume it again from the transaction's start."""

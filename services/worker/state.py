@@ -69,6 +69,8 @@ class PartitionStore:
         self.overlay: dict[bytes, Row] = {}
         # previous committed group of overlay keys whose group changed (index clean-up)
         self._moved: dict[bytes, str] = {}
+        # overlay keys that need a group-index entry (new entities, or moved to another group)
+        self._indexed: set[bytes] = set()
 
     # -- reads ------------------------------------------------------------------------
     def get(self, ekey: bytes) -> Row | None:
@@ -78,6 +80,11 @@ class PartitionStore:
             return row
         data = self.db.get(b"e:" + ekey)
         return None if data is None else Row.unpack(data)
+
+    def is_empty(self) -> bool:
+        it = self.db.iter()
+        it.seek(b"e:")
+        return not (it.valid() and it.key().startswith(b"e:"))
 
     def committed_version(self, ekey: bytes) -> int | None:
         data = self.db.get(b"e:" + ekey)
@@ -119,12 +126,21 @@ class PartitionStore:
             it.next()
 
     # -- writes -----------------------------------------------------------------------
-    def put(self, ekey: bytes, row: Row) -> None:
-        """Stage a write; it reaches RocksDB at :meth:`commit`."""
-        if ekey not in self.overlay and ekey not in self._moved:
-            prev = self.get(ekey)
-            if prev is not None and prev.group != row.group:
-                self._moved[ekey] = prev.group
+    def put(self, ekey: bytes, row: Row, prev: Row | None) -> None:
+        """Stage a write; it reaches RocksDB at :meth:`commit`.
+
+        ``prev`` is the entity's latest row as returned by :meth:`get` (the caller has it
+        from its stale check); it tells whether the group index needs an entry.
+        """
+        if ekey not in self.overlay:
+            if prev is None:
+                self._indexed.add(ekey)
+            elif prev.group != row.group:
+                self._indexed.add(ekey)
+                self._moved.setdefault(ekey, prev.group)
+        elif prev is not None and prev.group != row.group:
+            self._indexed.add(ekey)
+            self._moved.setdefault(ekey, prev.group)
         self.overlay[ekey] = row
 
     def commit(self, changelog_offset: int | None) -> None:
@@ -132,21 +148,26 @@ class PartitionStore:
         if not self.overlay and changelog_offset is None:
             return
         wb = WriteBatch(raw_mode=True)
+        put = wb.put
         for ekey, row in self.overlay.items():
-            wb.put(b"e:" + ekey, row.pack())
-            wb.put(_index_key(row.group, ekey), b"")
+            put(b"e:" + ekey, row.pack())
+        for ekey in self._indexed:
+            put(_index_key(self.overlay[ekey].group, ekey), b"")
         for ekey, old_group in self._moved.items():
-            wb.delete(_index_key(old_group, ekey))
+            if self.overlay[ekey].group != old_group:  # moved away (and not back again)
+                wb.delete(_index_key(old_group, ekey))
         if changelog_offset is not None:
-            wb.put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
+            put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
         self.db.write(wb)
         self.overlay.clear()
         self._moved.clear()
+        self._indexed.clear()
 
     def rollback(self) -> None:
         """Forget the staged writes (their transaction aborted)."""
         self.overlay.clear()
         self._moved.clear()
+        self._indexed.clear()
 
     # -- changelog restore ------------------------------------------------------------
     @property
@@ -154,17 +175,22 @@ class PartitionStore:
         data = self.db.get(_META_CHANGELOG)
         return 0 if data is None else _OFFSET.unpack(data)[0]
 
-    def restore_batch(self, rows: list[tuple[bytes, Row]], next_offset: int) -> None:
-        """Apply changelog records directly (restore runs before any processing)."""
+    def restore_batch(self, rows: list[tuple[bytes, Row]], next_offset: int, *, fresh: bool = False) -> None:
+        """Apply changelog records directly (restore runs before any processing).
+
+        ``fresh``: the store started empty, so there is no earlier group index to clean up.
+        """
         wb = WriteBatch(raw_mode=True)
+        put = wb.put
         for ekey, row in rows:
-            old = self.db.get(b"e:" + ekey)
-            if old is not None:
-                old_group = Row.unpack(old).group
-                if old_group != row.group:
-                    wb.delete(_index_key(old_group, ekey))
-            wb.put(b"e:" + ekey, row.pack())
-            wb.put(_index_key(row.group, ekey), b"")
+            if not fresh:
+                old = self.db.get(b"e:" + ekey)
+                if old is not None:
+                    old_group = Row.unpack(old).group
+                    if old_group != row.group:
+                        wb.delete(_index_key(old_group, ekey))
+            put(b"e:" + ekey, row.pack())
+            put(_index_key(row.group, ekey), b"")
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
         self.db.write(wb)
 
