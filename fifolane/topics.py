@@ -112,14 +112,27 @@ def _existing(admin: AdminClient, names: list[str], timeout: float) -> dict[str,
     present = sorted({n for n in names if n in md.topics and md.topics[n].error is None})
     if not present:
         return {}
-    resources = [ConfigResource(ResourceType.TOPIC, n) for n in present]
     configs: dict[str, dict[str, str]] = {}
-    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
-        try:
-            entries = future.result(timeout=timeout)
-        except KafkaException as exc:
-            raise TopicConfigError(f"cannot describe topic {resource.name!r}: {exc}") from exc
-        configs[resource.name] = {k: str(v.value) for k, v in entries.items() if k in _SHOWN_CONFIGS}
+    deadline = time.monotonic() + timeout
+    todo = list(present)
+    while todo:
+        resources = [ConfigResource(ResourceType.TOPIC, n) for n in todo]
+        retry = []
+        for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+            try:
+                entries = future.result(timeout=timeout)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                # Just created: the broker asked may not know the topic yet (3 nodes).
+                if (isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+                        and time.monotonic() < deadline):
+                    retry.append(resource.name)
+                    continue
+                raise TopicConfigError(f"cannot describe topic {resource.name!r}: {exc}") from exc
+            configs[resource.name] = {k: str(v.value) for k, v in entries.items() if k in _SHOWN_CONFIGS}
+        todo = retry
+        if todo:
+            time.sleep(0.1)  # metadata propagation; bounded by the deadline
     out = {}
     for name in present:
         parts = md.topics[name].partitions
