@@ -151,8 +151,8 @@ def check_effects(report: Report, produced: Sequence[ProducedEvent], effects: Se
             report.add("duplicated", group, f"seq {seq} committed {len(effs)} times ({where})",
                        effs[1].offset)
         if (group, seq) not in expect:
-            e = events.get((group, seq))
-            why = "was never produced" if e is None else f"is stale ({e.key} v{e.version})"
+            ev = events.get((group, seq))
+            why = "was never produced" if ev is None else f"is stale ({ev.key} v{ev.version})"
             report.add("unexpected", group, f"seq {seq} has an effect but {why} ({where})", effs[0].offset)
 
     for group in sorted(per_group):

@@ -27,6 +27,10 @@ class _Decoder(Protocol):
     def decode(self, data: bytes) -> Any: ...
 
 
+def _or_minus_one(n: int | None) -> int:
+    return -1 if n is None else n
+
+
 def effects_from(messages: Iterable[_Message]) -> list[Effect]:
     """Effects in read order from JSON effect records."""
     out = []
@@ -34,8 +38,7 @@ def effects_from(messages: Iterable[_Message]) -> list[Effect]:
         body = json.loads(m.value() or b"null")
         out.append(Effect(str(body["group"]), int(body["seq"]), str(body.get("worker", "")),
                           float(body.get("start", 0.0)), float(body.get("end", 0.0)),
-                          m.partition() if m.partition() is not None else -1,
-                          m.offset() if m.offset() is not None else -1))
+                          _or_minus_one(m.partition()), _or_minus_one(m.offset())))
     return out
 
 
@@ -65,5 +68,5 @@ def notifications_from(messages: Iterable[_Message]) -> list[Notification]:
         body = json.loads(m.value() or b"null")
         out.append(Notification(str(body["listener"]), int(body["partition"]), int(body["seq"]),
                                 str(body["key"]), str(body["kind"]), int(body.get("version", -1)),
-                                body.get("value"), m.offset() if m.offset() is not None else -1))
+                                body.get("value"), _or_minus_one(m.offset())))
     return out

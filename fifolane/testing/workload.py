@@ -39,6 +39,8 @@ class Workload:
 
     ``stale`` is the share of events sent with an old version, ``deletes`` the share of
     deletes; ``stale=0`` gives strictly growing versions per entity (every event fresh).
+    ``initial`` first creates every entity once (in entity order, a random version of 1-9;
+    these count towards ``events``), so the table is full before the random stream starts.
     """
 
     events: int
@@ -47,12 +49,20 @@ class Workload:
     stale: float = 0.1
     deletes: float = 0.08
     seed: int = 7
+    initial: bool = False
 
     def generate(self) -> Iterator[ProducedEvent]:
         rng = random.Random(self.seed)
         versions: dict[str, int] = defaultdict(int)
         group_seq: dict[str, int] = defaultdict(int)
-        for _ in range(self.events):
+        for i in range(self.events):
+            if self.initial and i < self.entities:
+                rid, group = f"R{i}", f"F{i % self.groups}"
+                v = versions[rid] = rng.randrange(1, 10)  # every content (seats) occurs
+                seq = group_seq[group]
+                group_seq[group] += 1
+                yield ProducedEvent(group, seq, f"reservation/{rid}", v, "upsert", reservation(rid, group, v))
+                continue
             n = rng.randrange(self.entities)
             rid, group = f"R{n}", f"F{n % self.groups}"
             versions[rid] += rng.choice((1, 1, 2))
@@ -118,15 +128,21 @@ class TrackedProducer:
                 return
 
     def run(self, events: Iterator[ProducedEvent] | list[ProducedEvent], rate: float,
-            stop: threading.Event | None = None) -> None:
-        """Send ``events`` at about ``rate`` per second (until ``stop`` is set), then flush."""
+            stop: threading.Event | None = None, burst: int = 0) -> None:
+        """Send ``events`` at about ``rate`` per second (until ``stop`` is set), then flush.
+
+        The first ``burst`` events go out at once (unpaced); the pace starts after them.
+        """
         t0 = time.monotonic()
         for i, event in enumerate(events):
             if stop is not None and stop.is_set():
                 break
             self.send(event)
             self.producer.poll(0)
-            ahead = t0 + (i + 1) / rate - time.monotonic()
+            if i < burst:
+                t0 = time.monotonic()
+                continue
+            ahead = t0 + (i + 1 - burst) / rate - time.monotonic()
             if ahead > 0 and stop is not None:
                 stop.wait(ahead)
         self.flush()

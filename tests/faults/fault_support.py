@@ -47,15 +47,17 @@ class Stream:
     """A producer thread sending a workload at a steady rate until stopped or exhausted."""
 
     def __init__(self, settings: Settings, workload: Workload, rate: float,
-                 conf: dict[str, Any] | None = None) -> None:
+                 conf: dict[str, Any] | None = None, burst: int = 0) -> None:
+        """``burst``: send the first events unpaced (``Workload(initial=True)`` fills the table)."""
         self.producer = TrackedProducer(settings, make_codec(settings, CATALOG), dict(conf or {}))
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(workload, rate), name="stream", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(workload, rate, burst), name="stream",
+                                       daemon=True)
 
-    def _run(self, workload: Workload, rate: float) -> None:
+    def _run(self, workload: Workload, rate: float, burst: int) -> None:
         try:
-            self.producer.run(workload.generate(), rate, self.stop_event)
+            self.producer.run(workload.generate(), rate, self.stop_event, burst)
         except BaseException as exc:  # re-raised by finish()
             self.error = exc
 
