@@ -81,6 +81,9 @@ def read_topic(
         .option("endingOffsets", ending_offsets)
         .option("kafka.isolation.level", "read_committed")
         .option("includeHeaders", "true")
+        # Bigger fetches than the Java client's 1 MB per partition: this is a bulk scan.
+        .option("kafka.max.partition.fetch.bytes", str(8 * 1024 * 1024))
+        .option("kafka.fetch.max.bytes", str(64 * 1024 * 1024))
         .load()
     )
     return df.select(
@@ -100,20 +103,20 @@ def header(headers: Column, name: str) -> Column:
     return F.get(found, 0)["value"].cast("string")
 
 
-def latest_per_key(raw: DataFrame) -> DataFrame:
+def latest_per_key(raw: DataFrame, *, keep: tuple[str, ...] = ("timestamp", "value", "headers")) -> DataFrame:
     """The highest-offset record per (topic, partition, key), tombstones dropped.
 
     A key lives in one partition, so this is "latest per key". The tombstone must take
-    part in the max (it deletes every earlier version) and only then be dropped.
+    part in the max (it deletes every earlier version) and only then be dropped. ``keep`` are
+    the columns carried through the shuffle besides ``offset`` and ``value`` (fewer = faster).
     """
+    carried = ["offset", "value", *[c for c in keep if c not in ("offset", "value")]]
     latest = (
         raw.groupBy("topic", "partition", "key")
-        .agg(F.max_by(F.struct("offset", "timestamp", "value", "headers"), "offset").alias("r"))
+        .agg(F.max_by(F.struct(*carried), "offset").alias("r"))
         .where(F.col("r.value").isNotNull())
     )
-    return latest.select(
-        "topic", "partition", "r.offset", "r.timestamp", "key", "r.value", "r.headers"
-    )
+    return latest.select("topic", "partition", "key", *[F.col(f"r.{c}").alias(c) for c in carried])
 
 
 def read_state(
@@ -125,13 +128,15 @@ def read_state(
     identifies the writer schema (:mod:`spark.wire`); ``body`` is the Avro binary body.
     """
     raw = read_topic(spark, settings, settings.state_topic, ending_offsets=ending_offsets)
-    latest = latest_per_key(raw)
+    # Only the group header is used: extract it before the shuffle instead of carrying the array.
+    raw = raw.select(*RAW_COLUMNS[:-1], header(F.col("headers"), "fifolane.group").alias("group"))
+    latest = latest_per_key(raw, keep=("timestamp", "value", "group"))
     type_ = F.substring_index("key", "/", 1)
     return latest.select(
         type_.alias("type"),
         F.expr("substring(key, length(substring_index(key, '/', 1)) + 2)").alias("entity_key"),
         "key",
-        header(F.col("headers"), "fifolane.group").alias("group"),
+        "group",
         "partition",
         "offset",
         "timestamp",
