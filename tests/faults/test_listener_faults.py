@@ -41,7 +41,7 @@ from fifolane.testing.workload import Workload
 from fifolane.topics import create_topic
 from listeners.client import ListenerClient, MaterializedView
 from listeners.model import ListenerSpec
-from listeners.registry import register
+from listeners.registry import read_registry, register
 from listeners.seq import DELTA
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
@@ -200,8 +200,14 @@ def test_include_current_state_and_live_notifications_under_worker_kills(
                 second = rng.choice([w for w in workers if w.alive()])
                 second.kill()
                 kills.append(second.worker_id)
+                # What the kill interrupted: the committed snapshot progress per partition.
+                progress = {p: (pr.done, pr.sent) for (n, p), pr in read_registry(settings).progress.items()
+                            if n == NAME}
                 second.start()
-                snapshot_kill = {"worker": second.worker_id, "snapshot_notes_seen": snaps}
+                snapshot_kill = {"worker": second.worker_id, "snapshot_notes_seen": snaps,
+                                 "unfinished": sorted(set(range(settings.partitions))
+                                                      - {p for p, (done, _) in progress.items() if done}),
+                                 "progress": progress}
         produced = stream.finish()
         assert stream.producer.failed == []
         settled = wait_settled(settings, effect_topic, produced, timeout=120, describe=lambda: _logs(workers))
