@@ -27,6 +27,7 @@ from fifolane.errors import ExpressionError
 from listeners._lexer import LexError, Token, tokenize
 from listeners._parser import ParseError, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
+from listeners.native import NativeFn, native_converter, native_filter
 
 __all__ = [
     "VARIABLES",
@@ -116,7 +117,8 @@ class CompiledExpr:
     ``equality``: for filters, the indexable equality conjunct, if any.
     """
 
-    __slots__ = ("equality", "fields", "normalized", "program", "role", "source", "variables")
+    __slots__ = ("equality", "fields", "native", "normalized", "program", "role", "source",
+                 "variables")  # fmt: skip
 
     def __init__(
         self,
@@ -127,6 +129,7 @@ class CompiledExpr:
         fields: Mapping[str, frozenset[str] | None],
         equality: Equality | None = None,
         normalized: str | None = None,
+        native: NativeFn | None = None,
     ) -> None:
         self.source = source
         self.role = role
@@ -135,6 +138,8 @@ class CompiledExpr:
         self.variables = variables
         self.fields = dict(fields)
         self.equality = equality
+        #: A plain-Python closure for simple shapes (:mod:`listeners.native`), or None.
+        self.native = native
 
     def __repr__(self) -> str:
         return f"CompiledExpr({self.role}: {self.source!r})"
@@ -248,7 +253,9 @@ def _compile(src: str, role: str) -> CompiledExpr:
         var: (None if WHOLE in names else frozenset(names)) for var, names in info.fields.items()
     }
     equality = _equality(eq) if role == "filter" and eq is not None else None
-    return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized)
+    native = native_filter(root) if role == "filter" else native_converter(root)
+    return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized,
+                        native)  # fmt: skip
 
 
 def _equality(eq: EqualityConjunct) -> Equality | None:

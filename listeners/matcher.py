@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 import cel
@@ -33,6 +34,7 @@ import cel
 from fifolane.errors import ListenerError
 from listeners.expr import CompiledExpr, EvaluationError, compile_converter, compile_filter
 from listeners.index import MISSING, eq_key, lookup, project
+from listeners.native import FALLBACK
 
 __all__ = [
     "KINDS",
@@ -47,16 +49,18 @@ __all__ = [
 KINDS = frozenset({"created", "modified", "removed"})
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One table change as the worker sees it. ``meta``: partition, offset, timestamp, version, type."""
+class Change(NamedTuple):
+    """One table change as the worker sees it. ``meta``: partition, offset, timestamp, version, type.
+
+    A named tuple: immutable and cheap to build (one per change on the worker's hot path).
+    """
 
     type: str
     key: str
     new: Mapping[str, Any] | None
     old: Mapping[str, Any] | None
     table_change: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = MappingProxyType({})
 
 
 class Notification(NamedTuple):
@@ -352,7 +356,11 @@ class ListenerSet:
         side = "event" if lst.entry.transition else "new"
         try:
             self.evaluations += 1
-            if not expr.test(ctx.get(side)):
+            native = expr.native
+            result = native(change.key, change.new) if native is not None else FALLBACK
+            if result is FALLBACK:
+                result = expr.test(ctx.get(side))
+            if not result:
                 return None
         except EvaluationError as exc:
             _count_error(lst, exc)
@@ -366,6 +374,12 @@ class ListenerSet:
         if expr is None:
             return True  # a pure equality: the index lookup already matched
         self.evaluations += 1
+        native = expr.native
+        if native is not None:  # plain data and a simple filter: no CEL context at all
+            c = ctx.change
+            result = native(c.key, c.old if side == "old" else c.new)
+            if result is not FALLBACK:
+                return bool(result)
         try:
             return expr.test(ctx.get(side))
         except EvaluationError as exc:
@@ -390,6 +404,12 @@ class ListenerSet:
                 projection = change.new
             else:
                 self.conversions += 1
+                native = lst.converter.native
+                result = native(change.key, change.new) if native is not None else FALLBACK
+                if result is not FALLBACK:
+                    lst.stats.notifications += 1
+                    out.append(Notification(lst.name, kind, result))
+                    return
                 try:
                     projection = lst.converter.project(ctx.converter(kind))
                 except EvaluationError as exc:
@@ -407,10 +427,10 @@ def _count_error(lst: _Listener, exc: EvaluationError) -> None:
 class _Contexts:
     """The CEL contexts of one change, each built at most once and only when needed."""
 
-    __slots__ = ("_change", "_ctx", "_needs")
+    __slots__ = ("_change", "_ctx", "_needs", "change")
 
     def __init__(self, change: Change, needs: _Needs) -> None:
-        self._change = change
+        self.change = self._change = change
         self._needs = needs
         self._ctx: dict[str, Any] = {}
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,7 +53,8 @@ from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
 from listeners.matcher import Change, ListenerSet, ListenerStats, Notification
 from listeners.model import ListenerSpec
-from listeners.notify import HEADER_LISTENER, notification
+from listeners.notify import HEADER_LISTENER, assemble, change_parts, encode_value
+from listeners.notify import listener_prefix as _prefix
 from listeners.registry import (
     Progress,
     RegistryFollower,
@@ -71,6 +73,8 @@ log = logging.getLogger(__name__)
 _MISSING: Any = object()
 _SEQ, _SNAP = 0, 1
 _Key = tuple[str, int]  # (listener, source partition)
+#: Registry batches larger than this are logged as a summary, not one line per listener.
+_LOG_EACH = 20
 
 
 @dataclass(slots=True)
@@ -79,6 +83,7 @@ class _Active:
     topic: str
     partitions: int
     headers: list[tuple[str, bytes]]
+    prefix: str  # the constant start of its notifications' JSON
 
 
 def _now_ms() -> int:
@@ -119,8 +124,13 @@ class ListenerRuntime:
         self._live = False
         self._any_type = False
         self._types: frozenset[bytes] = frozenset()
+        self._untyped = 0  # active listeners without a type
+        self._typed: Counter[bytes] = Counter()  # active listeners per type
+        self._leased: dict[str, ListenerSpec] = {}  # registrations with a lease
+        self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
         self._follower: RegistryFollower | None = None
         self._next_housekeeping = 0.0
+        self._verbose = True
         #: Counters: notifications sent live and from snapshots, invalid registrations
         #: dead-lettered, expired leases tombstoned.
         self.live_sent = 0
@@ -205,13 +215,20 @@ class ListenerRuntime:
         if not notes:
             return
         snap = self._snap
+        parts = change_parts(type_, key, table_change, p, event.offset, new.version,
+                             event.timestamp)  # fmt: skip
+        # Listeners without a converter share the projection (the new record): encode once.
+        last_value: Any = _MISSING
+        value_json = ""
         for n in notes:
             if snap:
                 st = snap.get((n.listener, p))
                 if st is not None and (st.cursor is None or ekey > st.cursor):
                     continue  # its snapshot chunk will announce the then current state
-            self._send(worker, n, p, ekey, type_, key, table_change, event.offset,
-                       new.version, event.timestamp, snapshot=False)  # fmt: skip
+            if n.value is not last_value:
+                last_value = n.value
+                value_json = encode_value(n.value)
+            self._send(worker, n, p, ekey, parts, value_json)
             self.live_sent += 1
 
     def after_commit(self, worker: Any) -> None:
@@ -246,30 +263,42 @@ class ListenerRuntime:
             self._apply(worker, records)
 
     def _apply(self, worker: Any, records: list[RegistryRecord]) -> None:
-        touched: dict[str, None] = {}
+        latest: dict[str, RegistryRecord] = {}  # registrations: the last record per name
         for rec in records:
             pk = parse_progress_key(rec.key)
-            if pk is not None:
-                if rec.value is None:
-                    self._durable.pop(pk, None)
-                else:
-                    try:
-                        self._durable[pk] = Progress.from_json(rec.value)
-                    except (ValueError, KeyError, TypeError) as exc:
-                        log.warning("ignoring bad progress record %r: %s", rec.key, exc)
-                continue
-            name = rec.key
-            self._specs.pop(name, None)
-            self._invalid.pop(name, None)
-            if rec.value is not None:
+            if pk is None:
+                latest[rec.key] = rec
+            elif rec.value is None:
+                self._durable.pop(pk, None)
+            else:
                 try:
-                    self._specs[name] = ListenerSpec.from_json(rec.value)
-                except (ListenerError, ExpressionError, TypeError, ValueError) as exc:
-                    self._invalid[name] = (rec, str(exc))
-                    log.warning("invalid listener registration %r: %s", name, exc)
-            touched[name] = None
-        for name in touched:
-            self._reconcile(worker, name)
+                    self._durable[pk] = Progress.from_json(rec.value)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.warning("ignoring bad progress record %r: %s", rec.key, exc)
+        self._verbose = len(latest) <= _LOG_EACH
+        try:
+            # Parse and reconcile one name at a time: the matcher then reuses the filter
+            # compiled by the spec's validation (expr's compile cache) even for huge batches.
+            for name, rec in latest.items():
+                self._specs.pop(name, None)
+                self._leased.pop(name, None)
+                self._invalid.pop(name, None)
+                if rec.value is not None:
+                    try:
+                        spec = ListenerSpec.from_json(rec.value)
+                    except (ListenerError, ExpressionError, TypeError, ValueError) as exc:
+                        self._invalid[name] = (rec, str(exc))
+                        log.warning("invalid listener registration %r: %s", name, exc)
+                    else:
+                        self._specs[name] = spec
+                        if spec.lease is not None:
+                            self._leased[name] = spec
+                self._reconcile(worker, name)
+        finally:
+            self._verbose = True
+        if len(latest) > _LOG_EACH:
+            log.info("registry: %d registrations applied, %d listeners active",
+                     len(latest), len(self._active))  # fmt: skip
 
     def _reconcile(self, worker: Any, name: str) -> None:
         spec = self._specs.get(name)
@@ -293,40 +322,57 @@ class ListenerRuntime:
             log.warning("listener %r not activated: %s", spec.name, exc)
             return
         topic = spec.topic(self.settings)
-        parts = self.topic_partitions(topic)
+        parts = self._partitions.get(topic)
+        if parts is None:  # one metadata round trip per output topic, not per listener
+            parts = self._partitions[topic] = self.topic_partitions(topic)
         self._active[spec.name] = _Active(
-            spec, topic, parts, [(HEADER_LISTENER, spec.name.encode())]
+            spec,
+            topic,
+            parts,
+            [(HEADER_LISTENER, spec.name.encode())],
+            _prefix(spec.name),
         )
-        self._retype()
+        self._retype(spec, +1)
         for p in self._owned:
             self._begin_snapshot(spec, p)
-        log.info("listener %r active (filter %r)", spec.name, spec.filter)
+        if self._verbose:
+            log.info("listener %r active (filter %r)", spec.name, spec.filter)
 
     def _deactivate(self, worker: Any, name: str, *, forget: bool) -> None:
         self.listeners.remove(name)
-        del self._active[name]
-        self._retype()
-        for d in (self._seq, self._snap):
-            for k in [k for k in d if k[0] == name]:
-                del d[k]
-        for uk in [uk for uk in self._undo if uk[1][0] == name]:
-            del self._undo[uk]
-        if forget:  # removed or replaced: clean up our partitions' progress records
-            for k in [k for k in self._durable if k[0] == name and k[1] in self._owned]:
+        act = self._active.pop(name)
+        self._retype(act.spec, -1)
+        # Per (listener, partition) state only exists for owned partitions (on_release drops
+        # the rest): cost per removal is O(owned partitions), not O(listeners x partitions).
+        for p in self._owned:
+            k = (name, p)
+            self._seq.pop(k, None)
+            self._snap.pop(k, None)
+            self._undo.pop((_SEQ, k), None)
+            self._undo.pop((_SNAP, k), None)
+            if forget and k in self._durable:  # removed or replaced: clean up its progress
                 worker.produce(self.settings.registry_topic, None, progress_key(*k).encode(),
                                partition=0)  # fmt: skip
-        log.info("listener %r inactive", name)
+        if self._verbose:
+            log.info("listener %r inactive", name)
 
-    def _retype(self) -> None:
-        specs = [a.spec for a in self._active.values()]
-        self._live = bool(specs)
-        self._any_type = any(s.type is None for s in specs)
-        self._types = frozenset(s.type.encode() for s in specs if s.type is not None)
+    def _retype(self, spec: ListenerSpec, sign: int) -> None:
+        """Keep the per-type counts of active listeners (O(1) per (de)activation)."""
+        if spec.type is None:
+            self._untyped += sign
+        else:
+            t = spec.type.encode()
+            self._typed[t] += sign
+            if self._typed[t] <= 0:
+                del self._typed[t]
+            self._types = frozenset(self._typed)
+        self._live = bool(self._active)
+        self._any_type = self._untyped > 0
 
     def _housekeeping(self, worker: Any) -> None:
         now = datetime.now(UTC)
         keeper = 0 in self._owned
-        for name, spec in list(self._specs.items()):
+        for name, spec in list(self._leased.items()):
             if not spec.is_expired(now):
                 continue
             if name in self._active:
@@ -366,18 +412,21 @@ class ListenerRuntime:
         self._invalid.update(self._invalid_sent)
         self._invalid_sent.clear()
 
-    def _send(self, worker: Any, n: Notification, p: int, ekey: bytes, type_: str, key: str,
-              table_change: str | None, offset: int | None, version: int, ts: int, *,
-              snapshot: bool) -> None:  # fmt: skip
+    def _send(self, worker: Any, n: Notification, p: int, ekey: bytes,
+              parts: tuple[str, str, str], value_json: str) -> None:  # fmt: skip
+        """Number and produce one notification (``parts``: :func:`change_parts` of the change,
+        ``value_json``: :func:`encode_value` of ``n.value``)."""
         act = self._active[n.listener]
         k = (n.listener, p)
-        seq = self._seq.get(k)
+        seqs = self._seq
+        seq = seqs.get(k)
         if seq is None:
             seq = self._epoch.get(p, self._last_epoch) * DELTA
-        self._journal(_SEQ, self._seq, k)
-        self._seq[k] = seq + 1
-        value = notification(n.listener, n.kind, type_, key, n.value, table_change, p, offset,
-                             version, seq, ts, snapshot=snapshot)  # fmt: skip
+            self._undo.setdefault((_SEQ, k), _MISSING)
+        else:
+            self._undo.setdefault((_SEQ, k), seq)
+        seqs[k] = seq + 1
+        value = assemble(act.prefix, n.kind, parts, value_json, seq)
         worker.produce(act.topic, value, ekey, partition=p % act.partitions, headers=act.headers)
 
     # -- include current state -------------------------------------------------------------
@@ -427,8 +476,8 @@ class ListenerRuntime:
             })  # fmt: skip
             n = self.listeners.match_current(name, change)
             if n is not None:
-                self._send(worker, n, p, ekey, type_, key, None, None, row.version, now,
-                           snapshot=True)  # fmt: skip
+                parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
+                self._send(worker, n, p, ekey, parts, encode_value(n.value))
                 sent += 1
                 self.snapshot_sent += 1
         progress = Progress(name, p, st.instance, cursor, done, sent)
