@@ -66,8 +66,13 @@ class ClusterStatus:
 
 
 def _new_cluster_id() -> str:
-    # Kafka's Uuid.toString(): url-safe base64 of 16 random bytes, without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's Uuid.toString(): url-safe base64 of 16 random bytes, without padding. Like
+    # Kafka's own generator, never one starting with '-': the storage tool would read it
+    # as an option.
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

@@ -638,6 +638,13 @@ class Worker:
     # ------------------------------------------------------------------ rebalancing
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         conf = self.settings.kafka_config()
+        stale = [tp for tp in partitions if tp.topic != self.settings.input_topic]
+        if stale:
+            # A static member can be handed the assignment of an earlier incarnation that
+            # subscribed to another topic; none of that is ours to process.
+            log.warning("ignoring assigned partitions of other topics: %s",
+                        [f"{tp.topic}[{tp.partition}]" for tp in stale])
+            partitions = [tp for tp in partitions if tp.topic == self.settings.input_topic]
         for tp in partitions:
             restore_partition(conf, self._state_topic, tp.partition, self.stores, self.stats,
                               wait_open_txn_s=self.opts.transaction_timeout_ms / 1000 * 2)
@@ -645,7 +652,7 @@ class Worker:
         self.stats.assigned = sorted(self._assigned)
         if self.listeners is not None:
             self.listeners.on_assign(self, [tp.partition for tp in partitions])
-        log.info("assigned %s", [tp.partition for tp in partitions])
+        log.info("assigned %s partitions %s", self.settings.input_topic, [tp.partition for tp in partitions])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:

@@ -33,8 +33,11 @@ def fault_worker(settings: Settings, worker_id: str, tmp: Path, effect_topic: st
                  concurrency: int = 8, listeners: bool = True) -> WorkerProcess:
     """A ``python -m services.worker`` process running ``apps.fault_app`` (listener runtime on,
     as deployed; ``listeners=False`` passes ``--no-listeners``)."""
+    # Each test its own consumer group (named after its input topic): static members of an
+    # earlier test's group must not hand their old assignment to this test's workers.
     proc = WorkerProcess(settings, worker_id, tmp, app="apps.fault_app:app",
                          extra=["--concurrency", str(concurrency),
+                                "--group-id", f"fifolane-fault-{settings.input_topic}",
                                 *([] if listeners else ["--no-listeners"])])
     base = proc.env
     extra = {"FAULT_EFFECT_TOPIC": effect_topic, "FAULT_WORKER": worker_id,
