@@ -42,7 +42,10 @@ def _load_one(tmp_path: Path, schema: dict[str, Any], name: str = "x.avsc") -> S
 # --- the bundled schemas -----------------------------------------------------------------
 def test_bundled_catalog_types_and_roles() -> None:
     catalog = SchemaCatalog.load(SCHEMAS_DIR)
-    assert sorted(catalog.types) == ["flight", "reservation"]
+    # flight_load: the seat counts kept by the flights example (examples/flights.py)
+    assert sorted(catalog.types) == ["flight", "flight_load", "reservation"]
+    load = catalog.entity("flight_load")
+    assert load.key_path == load.group_path == "flight_number"
     reservation = catalog.entity("reservation")
     assert reservation.full_name == "fifolane.flights.Reservation"
     assert (reservation.key_path, reservation.group_path, reservation.version_field) == (
@@ -83,7 +86,7 @@ def test_fingerprints_match_fastavro_crc64() -> None:
 
 
 def test_unknown_type_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownSchemaError, match=r"unknown entity type 'booking'; known types: flight, reservation"):
+    with pytest.raises(UnknownSchemaError, match=r"unknown entity type 'booking'; known types: flight, flight_load, reservation"):
         SchemaCatalog.load().entity("booking")
 
 
