@@ -106,10 +106,15 @@ def consume_all(
     })
     consumer = Consumer(conf)
     try:
-        md = consumer.list_topics(topic, timeout=timeout)
-        meta = md.topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise AssertionError(f"topic {topic!r} does not exist: {meta.error if meta else 'missing'}")
+        def known() -> Any:
+            # On 3 brokers a just-created topic may be unknown to the broker asked for a moment.
+            meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+            return meta if meta is not None and meta.error is None and meta.partitions else None
+
+        try:
+            meta = wait_until(known, timeout=min(timeout, 15.0), interval=0.1, message=f"topic {topic!r} exists")
+        except AssertionError as exc:
+            raise AssertionError(f"topic {topic!r} does not exist: {exc}") from exc
         ends: dict[int, int] = {}
         for p in meta.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)

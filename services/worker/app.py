@@ -21,11 +21,12 @@ Event types without a handler get the built-in table handler: apply the upsert o
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["App", "Event", "GroupState", "HandlerSpec", "Output", "table_handler"]
+__all__ = ["App", "Event", "GroupState", "HandlerSpec", "Output", "load_app", "table_handler"]
 
 
 @dataclass(slots=True)
@@ -126,3 +127,16 @@ class App:
     @property
     def types(self) -> list[str]:
         return sorted(self._handlers)
+
+
+def load_app(spec: str | None) -> App:
+    """Import ``module:attr`` (the ``--app`` option); None gives the table-only app."""
+    if not spec:
+        return App()
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    app = getattr(module, attr or "app")
+    if not isinstance(app, App):
+        raise TypeError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
+    return app
+

@@ -6,12 +6,12 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Stats", "serve_metrics"]
+__all__ = ["Stats", "serve_metrics", "update_lag"]
 
 
 @dataclass
@@ -114,3 +114,18 @@ def serve_metrics(stats: Stats, port: int, addr: str = "0.0.0.0") -> int:
     registry.register(_Collector(stats))
     server, _thread = start_http_server(port, addr=addr, registry=registry)
     return int(server.server_port)
+
+
+def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int]) -> None:
+    """Records behind the end per assigned partition (cached watermarks: no round trip)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    for p in partitions:
+        tp = TopicPartition(topic, p)
+        try:
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            pos = consumer.position([tp])[0].offset
+        except KafkaException:
+            continue
+        if high >= 0 and pos >= 0:
+            stats.lag[p] = high - pos

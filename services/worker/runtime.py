@@ -14,38 +14,37 @@ nothing and applies nothing twice: uncommitted work is replayed from the input.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import queue
 import threading
 import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fifolane.config import Settings
-from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde import SchemaCatalog, make_codec
-from services.worker.app import App, Event, HandlerSpec, Output, table_handler
+from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
+from services.worker.calls import HandlerCalls, Result
+from services.worker.clients import consumer_config, producer_config
 from services.worker.dlq import dead_letter_headers
-from services.worker.effects import CallState, Effects, Write
-from services.worker.metrics import Stats, serve_metrics
+from services.worker.effects import Effects, Write
+from services.worker.ingest import Rejected, to_event
+from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.restore import restore_partition
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import PartitionStore, Row, StoreManager
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "load_app"]
 
 log = logging.getLogger(__name__)
 
 _EOF = KafkaError._PARTITION_EOF
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-_Result = tuple[Event, Effects | None, BaseException | None, int, float]
 
 
 class Worker:
@@ -66,9 +65,8 @@ class Worker:
         state_dir = self.opts.state_dir or settings.home / "state" / self.opts.worker_id
         self.stores = StoreManager(Path(state_dir), self.group_id)
         self.listeners = listeners  # optional change sink (cluster listeners)
-        self._completions: queue.SimpleQueue[_Result] = queue.SimpleQueue()
-        self._pool: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff,
+                                  self.codec, self.catalog)
         self._assigned: set[int] = set()
         self._next_offsets: dict[int, int] = {}  # input offsets to commit, per partition
         self._txn_start: dict[int, int] = {}  # first input offset of the open transaction
@@ -93,34 +91,8 @@ class Worker:
 
     def _connect(self) -> None:
         s, o = self.settings, self.opts
-        self.consumer = Consumer(s.kafka_config(**{
-            "group.id": self.group_id,
-            "client.id": f"{o.worker_id}-consumer",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "partition.assignment.strategy": "cooperative-sticky",
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 1_000,
-            "max.poll.interval.ms": 300_000,
-            "fetch.wait.max.ms": 50,
-            **({"group.instance.id": o.worker_id} if o.static_membership else {}),
-        }))
-        pconf: dict[str, Any] = {
-            "client.id": f"{o.worker_id}-producer",
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 5,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 1_000_000,
-            "queue.buffering.max.kbytes": 1 << 20,
-            "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery_error,
-        }
-        if self.eos:
-            pconf["transactional.id"] = f"{self.group_id}-{o.worker_id}"
-            pconf["transaction.timeout.ms"] = o.transaction_timeout_ms
+        self.consumer = Consumer(s.kafka_config(**consumer_config(o, self.group_id)))
+        pconf = producer_config(o, self.group_id, self._on_delivery_error)
         self._producer_conf = pconf
         self.producer = Producer(s.kafka_config(**pconf))
         if self.eos:
@@ -192,12 +164,7 @@ class Worker:
             except KafkaException as exc:
                 log.warning("producer flush on close: %s", exc)
             self.producer = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._loop = None
+        self.calls.shutdown()
         self.stores.close_all()
         if self.listeners is not None and hasattr(self.listeners, "close"):
             self.listeners.close()
@@ -219,58 +186,15 @@ class Worker:
         self._next_offsets[p] = offset + 1
         self._txn_start.setdefault(p, offset)
         self.stats.consumed += 1
-        event = self._decode(msg)
-        if event is None:
+        event = to_event(msg, self.codec)
+        if isinstance(event, Rejected):
+            self._dead_letter(msg, event.reason, event.error)
             return
         spec = self.app.handler_for(event.type)
         if spec.inline and not self.sched.has_group(event.group):
             self._run_inline(event, spec)
         else:
             self.sched.submit(event)
-
-    def _decode(self, msg: Any) -> Event | None:
-        value = msg.value()
-        if value is None:
-            self._dead_letter(msg, "undecodable", "null value: input records must carry an encoded event")
-            return None
-        try:
-            decoded = self.codec.decode(value)
-        except UnknownSchemaError as exc:
-            self._dead_letter(msg, "unknown-schema", str(exc))
-            return None
-        except SerializationError as exc:
-            self._dead_letter(msg, "undecodable", str(exc))
-            return None
-        et = decoded.type
-        type_name = et.name
-        record = decoded.record
-        if decoded.is_delete:
-            key, group, version = record["key"], record["group"], record["version"]
-            value_rec, op = None, "delete"
-        else:
-            key, group, version = et.key_of(record), et.group_of(record), et.version_of(record)
-            value_rec, op = record, "upsert"
-        if group is None or group == "":
-            self._dead_letter(msg, "missing-group", "the event has no FIFO-group value")
-            return None
-        mkey = msg.key()
-        group = str(group)
-        if mkey is None:
-            self._dead_letter(msg, "missing-group",
-                              "record has no key: input records must be keyed by their FIFO-group value")
-            return None
-        if mkey != group.encode():
-            self._dead_letter(msg, "missing-group",
-                              f"record key {mkey!r} differs from the event's FIFO group {group!r}")
-            return None
-        if key is None or key == "":
-            self._dead_letter(msg, "missing-key", "the event has no entity key")
-            return None
-        if version is None:
-            self._dead_letter(msg, "missing-version", "the event has no version")
-            return None
-        return Event(type_name, str(key), group, int(version), op, value_rec,  # type: ignore[arg-type]
-                     msg.partition(), msg.offset(), msg.timestamp()[1], value, msg.headers() or [])
 
     # ------------------------------------------------------------------ handlers
     def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
@@ -280,7 +204,7 @@ class Worker:
         store = self.stores.stores[event.partition]
         if self._is_stale(store, event):
             return
-        self._finish(self._call_sync(event, spec, store), scheduled=False)
+        self._finish(self.calls.call_sync(event, spec, store), scheduled=False)
 
     def _start(self, event: Event) -> None:
         """Dispatch the head event of a group (called by the scheduler)."""
@@ -294,12 +218,9 @@ class Worker:
             self.sched.complete(event)
             return
         if spec.inline:
-            self._finish(self._call_sync(event, spec, store))
-        elif spec.is_async:
-            fut = asyncio.run_coroutine_threadsafe(self._call_async(event, spec, store), self._async_loop())
-            fut.add_done_callback(self._completed)
+            self._finish(self.calls.call_sync(event, spec, store))
         else:
-            self._thread_pool().submit(self._call_sync, event, spec, store).add_done_callback(self._completed)
+            self.calls.submit(event, spec, store)
 
     def _is_stale(self, store: PartitionStore, event: Event) -> bool:
         row = store.get(event.entity_key)
@@ -308,70 +229,14 @@ class Worker:
             return True
         return False
 
-    def _completed(self, fut: Future[_Result]) -> None:
-        self._completions.put(fut.result())
-
-    def _call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
-        attempt = 0
-        t0 = time.perf_counter()
-        while True:
-            state = CallState(event, store, self.codec, self.catalog, self._decode_value)
-            try:
-                self._collect(state, spec.fn(event, state))
-                return event, state.effects, None, attempt, time.perf_counter() - t0
-            except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
-                if attempt >= self.opts.retries:
-                    return event, None, exc, attempt, time.perf_counter() - t0
-                time.sleep(self.opts.retry_backoff * (2**attempt))
-                attempt += 1
-
-    async def _call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> _Result:
-        attempt = 0
-        t0 = time.perf_counter()
-        while True:
-            state = CallState(event, store, self.codec, self.catalog, self._decode_value)
-            try:
-                self._collect(state, await spec.fn(event, state))
-                return event, state.effects, None, attempt, time.perf_counter() - t0
-            except Exception as exc:  # noqa: BLE001
-                if attempt >= self.opts.retries:
-                    return event, None, exc, attempt, time.perf_counter() - t0
-                await asyncio.sleep(self.opts.retry_backoff * (2**attempt))
-                attempt += 1
-
-    @staticmethod
-    def _collect(state: CallState, result: Any) -> None:
-        if result is None:
-            return
-        outputs = [result] if isinstance(result, Output) else list(result)
-        for out in outputs:
-            if not isinstance(out, Output):
-                raise TypeError(f"a handler may return None or Output records, got {type(out).__name__}")
-            state.effects.outputs.append(out)
-
-    def _decode_value(self, data: bytes) -> dict[str, Any]:
-        record: dict[str, Any] = self.codec.decode(data).record
-        return record
-
-    def _thread_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.opts.concurrency, thread_name_prefix="handler")
-        return self._pool
-
-    def _async_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="handler-loop", daemon=True).start()
-            self._loop = loop
-        return self._loop
-
     def _pump(self, block: bool) -> None:
         """Dispatch ready groups and apply finished handler calls until nothing moves."""
         sched = self.sched
         while True:
             sched.dispatch(self._start)
             try:
-                result = self._completions.get(timeout=0.005) if block else self._completions.get_nowait()
+                completions = self.calls.completions
+                result = completions.get(timeout=0.005) if block else completions.get_nowait()
             except queue.Empty:
                 break
             self._finish(result)
@@ -380,7 +245,7 @@ class Worker:
         self.stats.ready_groups = sched.ready_groups
         self.stats.max_in_flight = sched.max_in_flight
 
-    def _finish(self, result: _Result, scheduled: bool = True) -> None:
+    def _finish(self, result: Result, scheduled: bool = True) -> None:
         event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
         self._avg_call += 0.05 * (took - self._avg_call)  # EWMA of a handler call
@@ -624,11 +489,7 @@ class Worker:
         for store in self.stores.stores.values():
             store.rollback()
         self.sched.clear()
-        while True:
-            try:
-                self._completions.get_nowait()
-            except queue.Empty:
-                break
+        self.calls.forget_completions()
         for p, offset in self._txn_start.items():
             if p in self._assigned:
                 self.consumer.seek(TopicPartition(self.settings.input_topic, p, offset))
@@ -687,35 +548,11 @@ class Worker:
         if (self.opts.stats_file is None and self.metrics_port is None) or (now < self._next_stats and not force):
             return
         self._next_stats = now + 0.5
-        consumer = self.consumer
-        if consumer is not None:
-            for p in self._assigned:
-                tp = TopicPartition(self.settings.input_topic, p)
-                try:
-                    _low, high = consumer.get_watermark_offsets(tp, cached=True)
-                    pos = consumer.position([tp])[0].offset
-                except KafkaException:
-                    continue
-                if high >= 0 and pos >= 0:
-                    self.stats.lag[p] = high - pos
+        if self.consumer is not None:
+            update_lag(self.stats, self.consumer, self.settings.input_topic, self._assigned)
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
 
 
 def _row(w: Write) -> Row:
     return Row(w.version, w.value is None, w.group, w.value)
-
-
-def load_app(spec: str | None) -> App:
-    """Import ``module:attr`` (the ``--app`` option); None gives the table-only app."""
-    if not spec:
-        return App()
-    import importlib
-
-    module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
-    app = getattr(module, attr or "app")
-    if not isinstance(app, App):
-        raise TypeError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
-    return app
-

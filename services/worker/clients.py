@@ -1,0 +1,47 @@
+"""The worker's Kafka client settings (on top of Settings.kafka_config)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from services.worker.options import WorkerOptions
+
+__all__ = ["consumer_config", "producer_config"]
+
+
+def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
+    """Manual offsets (committed with the transaction), committed reads, cooperative
+    rebalancing; static membership when the worker id is stable."""
+    return {
+        "group.id": group_id,
+        "client.id": f"{opts.worker_id}-consumer",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "max.poll.interval.ms": 300_000,
+        "fetch.wait.max.ms": 50,
+        **({"group.instance.id": opts.worker_id} if opts.static_membership else {}),
+    }
+
+
+def producer_config(opts: WorkerOptions, group_id: str, on_error: Any) -> dict[str, Any]:
+    """Idempotent, acks=all; transactional (id = group + worker id) for exactly-once."""
+    conf: dict[str, Any] = {
+        "client.id": f"{opts.worker_id}-producer",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.num.messages": 10_000,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1 << 20,
+        "delivery.report.only.error": True,  # success needs no callback on the hot path
+        "on_delivery": on_error,
+    }
+    if opts.guarantee == "exactly-once":
+        conf["transactional.id"] = f"{group_id}-{opts.worker_id}"
+        conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+    return conf
