@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 
 from fifolane.config import PROJECT_ROOT, Settings
+from fifolane.readers import read_to_end
 
 __all__ = [
     "SessionKafka",
@@ -93,60 +94,10 @@ def consume_all(
 ) -> list[Message]:
     """Every record of ``topic`` from the beginning to its end offsets (as of the call).
 
-    Assigns all partitions (no consumer group, no commits). With ``read_committed`` the end
-    is the last stable offset, so open transactions are not waited for. Records come in
-    partition order within each partition.
+    :func:`fifolane.readers.read_to_end`, waiting for transactions open at the call to be
+    decided (tests read right after workers commit).
     """
-    conf = source.kafka_config() if isinstance(source, Settings) else dict(source)
-    conf.update({
-        "group.id": f"consume-all-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": isolation,
-    })
-    consumer = Consumer(conf)
-    try:
-        def known() -> Any:
-            # On 3 brokers a just-created topic may be unknown to the broker asked for a moment.
-            meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-            return meta if meta is not None and meta.error is None and meta.partitions else None
-
-        try:
-            meta = wait_until(known, timeout=min(timeout, 15.0), interval=0.1, message=f"topic {topic!r} exists")
-        except AssertionError as exc:
-            raise AssertionError(f"topic {topic!r} does not exist: {exc}") from exc
-        ends: dict[int, int] = {}
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            if high > low:
-                ends[p] = high
-        if not ends:
-            return []
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
-        out: list[Message] = []
-        pending = set(ends)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic!r}: partitions {sorted(pending)} not at end after {timeout}s")
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    # The end under read_committed may sit past control records: EOF at or
-                    # beyond the end we measured means this partition is done.
-                    if (msg.offset() or 0) >= ends[msg.partition() or 0]:
-                        pending.discard(msg.partition() or 0)
-                    continue
-                raise AssertionError(f"reading {topic!r}: {err}")
-            out.append(msg)
-            if (msg.offset() or 0) + 1 >= ends[msg.partition() or 0]:
-                pending.discard(msg.partition() or 0)
-        return out
-    finally:
-        consumer.close()
+    return read_to_end(source, topic, isolation=isolation, timeout=timeout, wait_open_transactions=True)
 
 
 # --- where the session's Kafka comes from ------------------------------------------------
