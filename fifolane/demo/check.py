@@ -42,10 +42,11 @@ def _views(settings: Settings, names: list[str]) -> tuple[dict[str, dict[str, An
         seen.add(ident)
         counts[n["listener"]] += 1
         view = views.setdefault(n["listener"], {})
+        key = f'{n["type"]}/{n["key"]}'  # as on the state topic
         if n["kind"] == "removed":
-            view.pop(n["key"], None)
+            view.pop(key, None)
         else:
-            view[n["key"]] = n["value"]
+            view[key] = n["value"]
     return views, counts, dupes
 
 
