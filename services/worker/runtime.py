@@ -35,7 +35,7 @@ from services.worker.effects import Effects, Write
 from services.worker.ingest import Rejected, to_event
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
-from services.worker.restore import restore_partition
+from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import PartitionStore, Row, StoreManager
 
@@ -101,8 +101,9 @@ class Worker:
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port)
             log.info("metrics on :%d/metrics", self.metrics_port)
-        self.consumer.subscribe([s.input_topic], on_assign=self._on_assign,
-                                on_revoke=self._on_revoke, on_lost=self._on_lost)
+        rebalance = Rebalance(self)
+        self.consumer.subscribe([s.input_topic], on_assign=rebalance.on_assign,
+                                on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
     def run(self) -> None:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
@@ -376,7 +377,8 @@ class Worker:
         if self.eos:
             try:
                 if offsets:
-                    producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+                    _guarded(producer.send_offsets_to_transaction, offsets,
+                             consumer.consumer_group_metadata(), 30)
                 self._commit_with_retry()
             except KafkaException as exc:
                 self._abort(exc)
@@ -411,7 +413,7 @@ class Worker:
         assert self.producer is not None
         for attempt in range(5):
             try:
-                self.producer.commit_transaction(30)
+                _guarded(self.producer.commit_transaction, 30)
                 return
             except KafkaException as exc:
                 if exc.args[0].retriable() and attempt < 4:
@@ -479,7 +481,7 @@ class Worker:
         self.producer = Producer(self.settings.kafka_config(**self._producer_conf))
         if self.eos:
             self.producer.init_transactions(60)
-        if old is not None:
+        if old is not None and err.code() != KafkaError._TIMED_OUT:
             with contextlib.suppress(KafkaException, RuntimeError):
                 old.purge()
 
@@ -497,41 +499,6 @@ class Worker:
         self._txn_start.clear()
 
     # ------------------------------------------------------------------ rebalancing
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        conf = self.settings.kafka_config()
-        stale = [tp for tp in partitions if tp.topic != self.settings.input_topic]
-        if stale:
-            # A static member can be handed the assignment of an earlier incarnation that
-            # subscribed to another topic; none of that is ours to process.
-            log.warning("ignoring assigned partitions of other topics: %s",
-                        [f"{tp.topic}[{tp.partition}]" for tp in stale])
-            partitions = [tp for tp in partitions if tp.topic == self.settings.input_topic]
-        for tp in partitions:
-            restore_partition(conf, self._state_topic, tp.partition, self.stores, self.stats,
-                              wait_open_txn_s=self.opts.transaction_timeout_ms / 1000 * 2)
-            self._assigned.add(tp.partition)
-        self.stats.assigned = sorted(self._assigned)
-        if self.listeners is not None:
-            self.listeners.on_assign(self, [tp.partition for tp in partitions])
-        log.info("assigned %s partitions %s", self.settings.input_topic, [tp.partition for tp in partitions])
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        if partitions:
-            self.checkpoint()  # finish and commit in-flight work before giving it up
-        self._release(partitions)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        log.warning("partitions lost: %s", [tp.partition for tp in partitions])
-        if self._txn_open and self.eos:
-            assert self.producer is not None
-            try:
-                self.producer.abort_transaction(30)
-            except KafkaException as exc:
-                log.warning("abort after loss: %s", exc)
-            self._txn_open = False
-            self._rewind()
-        self._release(partitions)
-
     def _release(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self._assigned.discard(tp.partition)
@@ -552,6 +519,33 @@ class Worker:
             update_lag(self.stats, self.consumer, self.settings.input_topic, self._assigned)
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
+
+
+def _guarded(call: Any, *args: Any) -> Any:
+    """Run a blocking transactional call (its last argument is its timeout in seconds) and
+    give up 15 s after that timeout.
+
+    When the transaction coordinator's broker dies, librdkafka can stay blocked in such a
+    call far past its timeout. A hung call is reported as a fatal error: the worker then
+    replaces its producer (which fences the hung transaction) and replays the input.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = call(*args)
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="txn-call", daemon=True).start()
+    if not done.wait(float(args[-1]) + 15.0):
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} did not return", fatal=True))
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def _row(w: Write) -> Row:
