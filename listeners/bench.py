@@ -21,7 +21,7 @@ from listeners.model import ListenerSpec
 from listeners.registry import RegistryRecord
 from listeners.runtime import ListenerRuntime
 
-__all__ = ["SCENARIOS", "measure", "main"]
+__all__ = ["SCENARIOS", "StandInEvent", "StandInWorker", "measure", "main"]
 
 
 @dataclass
@@ -30,21 +30,30 @@ class _Stats:
 
 
 @dataclass
-class _Event:
+class StandInEvent:
+    """The fields of a worker ``Event`` that :class:`ListenerRuntime` reads."""
+
     partition: int
     offset: int
     timestamp: int
 
 
 @dataclass
-class _Worker:
+class StandInWorker:
+    """The part of a ``Worker`` a :class:`ListenerRuntime` uses (codec, stats.aborts, produce),
+    for benchmarks and unit tests without Kafka. ``keep=False`` only counts what is sent."""
+
     codec: Any
+    keep: bool = True
     stats: _Stats = field(default_factory=_Stats)
-    sent: int = 0
+    sent: list[tuple[str, Any, Any, int]] = field(default_factory=list)
+    count: int = 0
 
     def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
                 headers: Any = None) -> None:  # fmt: skip
-        self.sent += 1
+        self.count += 1
+        if self.keep:
+            self.sent.append((topic, value, key, partition))
 
 
 def _specs(n: int, kind: str) -> list[ListenerSpec]:
@@ -72,7 +81,7 @@ def measure(specs: list[ListenerSpec], changes: int = 50_000) -> tuple[float, in
     settings = Settings()
     catalog = SchemaCatalog.load(PROJECT_ROOT / "schemas")
     codec = make_codec(settings, catalog)
-    worker = _Worker(codec)
+    worker = StandInWorker(codec, keep=False)
     rt = ListenerRuntime(settings, topic_partitions=lambda _t: 6)
     rt._owned = {0}  # noqa: SLF001 - stand-in for an assignment
     rt._epoch = {0: 1}  # noqa: SLF001
@@ -90,9 +99,9 @@ def measure(specs: list[ListenerSpec], changes: int = 50_000) -> tuple[float, in
     t0 = time.perf_counter()
     for n in range(changes):
         i = n % entities
-        rt.on_change(worker, _Event(0, n, 0), keys[i], rows[i], rows[i], recs[i])
+        rt.on_change(worker, StandInEvent(0, n, 0), keys[i], rows[i], rows[i], recs[i])
     dt = time.perf_counter() - t0
-    return changes / dt, worker.sent
+    return changes / dt, worker.count
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
+from listeners.bench import StandInEvent, StandInWorker
 from listeners.model import ListenerSpec
 from listeners.notify import notification
 from listeners.registry import RegistryRecord
@@ -21,29 +21,6 @@ from listeners.runtime import ListenerRuntime
 from services.worker.state import Row
 
 N = 10_000
-
-
-@dataclass
-class _Stats:
-    aborts: int = 0
-
-
-@dataclass
-class _Event:
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass
-class _Worker:
-    codec: Any
-    stats: _Stats = field(default_factory=_Stats)
-    sent: list[tuple[str, bytes, bytes, int]] = field(default_factory=list)
-
-    def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
-                headers: Any = None) -> None:  # fmt: skip
-        self.sent.append((topic, value, key, partition))
 
 
 def _record(rid: str, customer: str, amount: float = 10.0, version: int = 1) -> dict[str, Any]:
@@ -54,7 +31,7 @@ def _record(rid: str, customer: str, amount: float = 10.0, version: int = 1) -> 
 def test_ten_thousand_equality_listeners_deliver_exactly() -> None:
     settings = Settings()
     codec = make_codec(settings, SchemaCatalog.load(PROJECT_ROOT / "schemas"))
-    worker = _Worker(codec)
+    worker = StandInWorker(codec)
     lookups: list[str] = []
 
     def partitions(topic: str) -> int:
@@ -74,7 +51,7 @@ def test_ten_thousand_equality_listeners_deliver_exactly() -> None:
         old_row = None if old is None else Row(old["version"], False, "F1",
                                                codec.encode("reservation", old))  # fmt: skip
         new_row = Row(new["version"], False, "F1", codec.encode("reservation", new))
-        rt.on_change(worker, _Event(offset % 2, offset, 1000 + offset),
+        rt.on_change(worker, StandInEvent(offset % 2, offset, 1000 + offset),
                      f"reservation/{rid}".encode(), old_row, new_row, new)  # fmt: skip
 
     # 300 entities created for customers c0..c299, plus 5 for customers nobody listens to.
