@@ -34,6 +34,7 @@ class Stats:
     aborts: int = 0
     last_commit_ms: float = 0.0
     commit_ms_total: float = 0.0
+    persist_ms_total: float = 0.0
     in_flight: int = 0
     ready_groups: int = 0
     max_in_flight: int = 0
@@ -79,6 +80,8 @@ class _Collector:
             ("fifolane_commits", s.commits, "checkpoints committed"),
             ("fifolane_aborts", s.aborts, "transactions aborted"),
             ("fifolane_restored_records", s.restored_records, "changelog records restored"),
+            ("fifolane_commit_seconds", s.commit_ms_total / 1000, "time spent committing checkpoints"),
+            ("fifolane_persist_seconds", s.persist_ms_total / 1000, "time spent writing committed state to RocksDB"),
         ):
             c = CounterMetricFamily(name, doc, labels=labels)
             c.add_metric(w, value)
@@ -93,7 +96,7 @@ class _Collector:
             ("fifolane_ready_groups", s.ready_groups, "groups waiting for a handler slot"),
             ("fifolane_restoring_partitions", s.restoring, "partitions being restored"),
             ("fifolane_restore_total", s.restore_total, "changelog records to restore"),
-            ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint duration"),
+            ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint commit duration"),
         )
         for gname, gvalue, gdoc in gauges:
             g = GaugeMetricFamily(gname, gdoc, labels=labels)

@@ -5,6 +5,11 @@ Layout of one partition's RocksDB (raw bytes keys):
     e:<type>/<key>            -> row: version (i64) | flags (u8) | len(group) (u16) | group | value
     i:<group>\\x00<type>/<key> -> b""      (group index, for GroupState.scan)
     m:changelog               -> next state-topic offset already reflected here (i64)
+    m:group-index             -> b"1" if the group index is kept, b"0" if not
+
+The group index serves ``GroupState.scan`` of app handlers; a worker without app handlers
+(only the built-in table handler) does not keep it, which saves a RocksDB write per new
+entity. A store kept without it is rebuilt from the changelog when an app needs it.
 
 Writes of the current checkpoint live in an in-memory overlay and reach RocksDB in one
 WriteBatch only after the Kafka transaction that carries them has committed. RocksDB is
@@ -31,6 +36,7 @@ _ROW = struct.Struct(">qBH")
 _OFFSET = struct.Struct(">q")
 _FLAG_DELETED = 1
 _META_CHANGELOG = b"m:changelog"
+_META_GROUP_INDEX = b"m:group-index"
 
 
 @dataclass(slots=True)
@@ -62,10 +68,11 @@ def _index_key(group: str, ekey: bytes) -> bytes:
 class PartitionStore:
     """The state of one input partition: committed rows in RocksDB plus pending ones."""
 
-    def __init__(self, db: Rdict, partition: int, path: Path) -> None:
+    def __init__(self, db: Rdict, partition: int, path: Path, group_index: bool = True) -> None:
         self.db = db
         self.partition = partition
         self.path = path
+        self.group_index = group_index
         self.overlay: dict[bytes, Row] = {}
         # previous committed group of overlay keys whose group changed (index clean-up)
         self._moved: dict[bytes, str] = {}
@@ -92,6 +99,8 @@ class PartitionStore:
 
     def scan_group(self, group: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Row]]:
         """Live (not deleted) entities of a group, optionally of keys starting with prefix."""
+        if not self.group_index:
+            raise RuntimeError("this store keeps no group index (the worker has no app handlers)")
         seen: set[bytes] = set()
         start = _index_key(group, prefix)
         it = self.db.iter()
@@ -132,7 +141,9 @@ class PartitionStore:
         ``prev`` is the entity's latest row as returned by :meth:`get` (the caller has it
         from its stale check); it tells whether the group index needs an entry.
         """
-        if ekey not in self.overlay:
+        if not self.group_index:
+            pass
+        elif ekey not in self.overlay:
             if prev is None:
                 self._indexed.add(ekey)
             elif prev.group != row.group:
@@ -182,15 +193,17 @@ class PartitionStore:
         """
         wb = WriteBatch(raw_mode=True)
         put = wb.put
+        index = self.group_index
         for ekey, row in rows:
-            if not fresh:
+            if index and not fresh:
                 old = self.db.get(b"e:" + ekey)
                 if old is not None:
                     old_group = Row.unpack(old).group
                     if old_group != row.group:
                         wb.delete(_index_key(old_group, ekey))
             put(b"e:" + ekey, row.pack())
-            put(_index_key(row.group, ekey), b"")
+            if index:
+                put(_index_key(row.group, ekey), b"")
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
         self.db.write(wb)
 
@@ -199,8 +212,10 @@ class StoreManager:
     """Opens one RocksDB per assigned partition, all sharing one block cache and one
     write-buffer budget, so memory stays bounded however many partitions a worker owns."""
 
-    def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64) -> None:
+    def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64,
+                 group_index: bool = True) -> None:
         self.root = state_dir / name
+        self.group_index = group_index
         self.root.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(cache_mb << 20)
         self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(
@@ -222,7 +237,18 @@ class StoreManager:
         store = self.stores.get(partition)
         if store is None:
             path = self.root / f"p{partition}"
-            store = PartitionStore(Rdict(str(path), self._options()), partition, path)
+            db = Rdict(str(path), self._options())
+            want = b"1" if self.group_index else b"0"
+            store = PartitionStore(db, partition, path, self.group_index)
+            # Stores written before the flag existed always kept the index.
+            kept = db.get(_META_GROUP_INDEX) or (want if store.is_empty() else b"1")
+            if kept != want and self.group_index:
+                log.info("partition %d: local state has no group index, rebuilding from the changelog", partition)
+                db.close()
+                shutil.rmtree(path, ignore_errors=True)
+                db = Rdict(str(path), self._options())
+                store = PartitionStore(db, partition, path, self.group_index)
+            db.put(_META_GROUP_INDEX, want)
             self.stores[partition] = store
         return store
 

@@ -1,0 +1,246 @@
+"""The worker's ingest without a broker: the table fast path equals the general path.
+
+``Worker._ingest_batch`` applies well-formed table upserts inline and hands everything else
+to ``Worker._ingest``. Both must produce the same records, the same staged state and the
+same counters for any mix of records; these tests run one batch both ways and compare.
+(The end-to-end behaviour against real Kafka is in tests/integration/test_worker_*.py.)
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fifolane.config import Settings
+from fifolane.serde import SchemaCatalog, make_codec
+from services.worker.app import App, Event, GroupState
+from services.worker.options import WorkerOptions
+from services.worker.runtime import Worker
+
+CATALOG = SchemaCatalog.load()
+
+
+class FakeMsg:
+    """The part of a confluent-kafka Message the worker reads."""
+
+    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]] | None = None) -> None:
+        self._p, self._o, self._k, self._v, self._h = partition, offset, key, value, headers
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._h
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._o)
+
+    def topic(self) -> str:
+        return "in"
+
+
+class FakeProducer:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, Any, Any, int, Any]] = []
+        self.transactions = 0
+
+    def begin_transaction(self) -> None:
+        self.transactions += 1
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                headers: Any = None) -> None:
+        self.records.append((topic, value, key, partition, list(headers or [])))
+
+
+class RecordingSink:
+    """A change sink (like the listener runtime) that records what it is told."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, str, int, int, bytes, int | None, int, dict[str, Any] | None]] = []
+
+    def on_change(self, worker: Any, event: Event, ekey: bytes, old: Any, new: Any,
+                  record: dict[str, Any] | None) -> None:  # fmt: skip
+        self.changes.append((event.type, event.key, event.partition, event.offset, ekey,
+                             None if old is None else old.version, new.version, record))
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq")
+
+
+def _worker(tmp_path: Path, name: str, app: App | None = None, sink: Any = None) -> Worker:
+    w = Worker(_settings(tmp_path), app, WorkerOptions(worker_id="w1", state_dir=tmp_path / name),
+               catalog=CATALOG, listeners=sink)
+    w.producer = FakeProducer()  # type: ignore[assignment]
+    for p in (0, 1):
+        w.stores.open(p)
+        w._assigned.add(p)
+    return w
+
+
+def _reservation(rid: str, flight: str, version: int, seats: int = 1) -> dict[str, Any]:
+    return {"reservation_id": rid, "flight_number": flight, "customer_id": "c1", "seats": seats,
+            "amount": 10.0 * seats, "state": "NEW", "version": version}
+
+
+def _batch() -> list[FakeMsg]:
+    codec = make_codec(Settings(), CATALOG)
+    enc = codec.encode
+    specs: list[tuple[int, bytes | None, bytes | None]] = [
+        (0, b"F1", enc("reservation", _reservation("R1", "F1", 1))),
+        (0, b"F1", enc("reservation", _reservation("R2", "F1", 1))),
+        (1, b"F2", enc("reservation", _reservation("R3", "F2", 5))),
+        (0, b"F1", enc("reservation", _reservation("R1", "F1", 2, seats=3))),  # newer
+        (0, b"F1", enc("reservation", _reservation("R1", "F1", 2))),  # duplicate version: stale
+        (1, b"F2", enc("reservation", _reservation("R3", "F2", 4))),  # older: stale
+        (0, b"F1", codec.encode_delete("reservation", "R2", "F1", 7)),  # delete (general path)
+        (0, b"F1", enc("reservation", _reservation("R2", "F1", 6))),  # older than the delete
+        (1, b"F9", enc("reservation", _reservation("R4", "F2", 1))),  # key is not the group
+        (1, None, enc("reservation", _reservation("R5", "F2", 1))),  # no key
+        (1, b"F2", b"\xc3\x01" + bytes(8) + b"\x02"),  # unknown schema (fingerprint 0)
+        (1, b"F2", b"not avro"),  # undecodable
+        (1, b"F2", None),  # null value
+        (0, b"F3", enc("flight", {"flight_number": "F3", "origin": "FRA", "destination": "JFK",
+                                  "departure": date(2026, 1, 1), "capacity": 3, "version": 1})),
+        (1, b"F2", enc("reservation", _reservation("R3", "F2", 9))),
+    ]
+    offsets = {0: 100, 1: 200}
+    out = []
+    for p, key, value in specs:
+        out.append(FakeMsg(p, offsets[p], key, value, [("fifolane.seq", str(offsets[p]).encode())]))
+        offsets[p] += 1
+    return out
+
+
+def _outcome(w: Worker) -> dict[str, Any]:
+    s = w.stats
+    return {
+        "records": w.producer.records,  # type: ignore[union-attr]
+        "overlay": {p: dict(st.overlay) for p, st in w.stores.stores.items()},
+        "counts": (s.consumed, s.processed, s.superseded, s.dead_lettered, s.state_writes,
+                   dict(s.dead_letter_reasons)),
+        "offsets": (dict(w._next_offsets), dict(w._txn_start)),
+    }
+
+
+def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False) -> tuple[Any, Any, Any, Any]:
+    fast_sink, slow_sink = (RecordingSink(), RecordingSink()) if with_sink else (None, None)
+    fast = _worker(tmp_path, "fast", app, fast_sink)
+    slow = _worker(tmp_path, "slow", app, slow_sink)
+    slow._table_types = {}  # every record takes the general path
+    fast._ingest_batch(_batch())
+    slow._ingest_batch(_batch())
+    fast.drain()
+    slow.drain()
+    return fast, slow, fast_sink, slow_sink
+
+
+def test_fast_path_equals_general_path(tmp_path: Path) -> None:
+    fast, slow, _, _ = _run_both(tmp_path)
+    assert fast._table_types, "the table-only worker must use the fast path"
+    assert _outcome(fast) == _outcome(slow)
+    s = fast.stats
+    # 15 records: 7 applied (R1 twice, R2, R3 twice, the delete, the flight), 3 stale, 5 bad
+    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (15, 7, 3, 5)
+    assert dict(s.dead_letter_reasons) == {"missing-group": 2, "unknown-schema": 1, "undecodable": 2}
+    state = [(key, value, part, dict(h)) for topic, value, key, part, h in fast.producer.records
+             if topic == "state"]
+    assert [k for k, *_ in state] == [b"reservation/R1", b"reservation/R2", b"reservation/R3",
+                                      b"reservation/R1", b"reservation/R2", b"flight/F3", b"reservation/R3"]
+    assert state[3][3] == {"fifolane.type": b"reservation", "fifolane.group": b"F1", "fifolane.version": b"2"}
+    assert state[4][1] is None and state[4][3]["fifolane.version"] == b"7"  # tombstone keeps its version
+    assert fast._next_offsets == {0: 107, 1: 208}
+    assert fast._txn_start == {0: 100, 1: 200}
+    assert fast.producer.transactions == 1
+
+
+def test_fast_path_tells_change_sinks_the_same(tmp_path: Path) -> None:
+    _fast, _slow, fast_sink, slow_sink = _run_both(tmp_path, with_sink=True)
+    assert fast_sink.changes == slow_sink.changes
+    assert [(c[1], c[5], c[6]) for c in fast_sink.changes] == [
+        ("R1", None, 1), ("R2", None, 1), ("R3", None, 5), ("R1", 1, 2), ("R2", 1, 7), ("F3", None, 1), ("R3", 5, 9)]
+    assert fast_sink.changes[3][7] == _reservation("R1", "F1", 2, seats=3)
+
+
+def test_app_handler_types_skip_the_fast_path(tmp_path: Path) -> None:
+    app = App("t")
+    seen: list[tuple[str, int]] = []
+
+    @app.handler("reservation", inline=True)
+    def on_reservation(event: Event, state: GroupState) -> None:
+        seen.append((event.key, event.version))
+        if event.value is None:
+            state.delete("reservation", event.key, event.version)
+        else:
+            state.put("reservation", event.value)
+
+    fast, slow, _, _ = _run_both(tmp_path, app)
+    assert set(fast._table_types) == {"flight", "flight_load"}  # types without an app handler
+    assert _outcome(fast) == _outcome(slow)
+    assert seen[:4] == [("R1", 1), ("R2", 1), ("R3", 5), ("R1", 2)]
+
+
+def test_busy_group_keeps_arrival_order(tmp_path: Path) -> None:
+    """An event whose group has queued work waits behind it, also on the fast path."""
+    w = _worker(tmp_path, "busy")
+    codec = w.codec
+    first = _batch()[0]
+    w._ingest_batch([first])
+    event = Event("reservation", "R9", "F1", 1, "upsert", _reservation("R9", "F1", 1), 0, 99, 0,
+                  codec.encode("reservation", _reservation("R9", "F1", 1)))
+    w.sched.submit(event)  # F1 now has a queued event
+    later = FakeMsg(0, 101, b"F1", codec.encode("reservation", _reservation("R1", "F1", 2)))
+    w._ingest_batch([later])
+    assert w.sched.queued == 2  # queued behind the F1 event, not applied inline
+    w.drain()
+    keys = [(k, dict(h)["fifolane.version"]) for t, _v, k, _p, h in w.producer.records if t == "state"]
+    assert keys == [(b"reservation/R1", b"1"), (b"reservation/R9", b"1"), (b"reservation/R1", b"2")]
+
+
+def test_store_without_group_index(tmp_path: Path) -> None:
+    from services.worker.state import Row, StoreManager
+
+    mgr = StoreManager(tmp_path / "s", "g", group_index=False)
+    st = mgr.open(0)
+    st.put(b"reservation/R1", Row(1, False, "F1", b"v1"), None)
+    st.commit(5)
+    keys = [bytes(k) for k in st.db.keys()]  # noqa: SIM118 - Rdict iteration yields items
+    assert b"e:reservation/R1" in keys and not [k for k in keys if k.startswith(b"i:")]
+    with pytest.raises(RuntimeError, match="no group index"):
+        list(st.scan_group("F1"))
+    st.restore_batch([(b"reservation/R2", Row(1, False, "F1", b"v2"))], 9)
+    assert not [k for k in st.db.keys() if bytes(k).startswith(b"i:")]  # noqa: SIM118
+    mgr.close_all()
+    # An app that scans groups needs the index: the store is rebuilt (from the changelog).
+    mgr2 = StoreManager(tmp_path / "s", "g", group_index=True)
+    st2 = mgr2.open(0)
+    assert st2.is_empty() and st2.changelog_offset == 0
+    st2.put(b"reservation/R1", Row(1, False, "F1", b"v1"), None)
+    st2.commit(1)
+    assert [k for k, _ in st2.scan_group("F1")] == [b"reservation/R1"]
+    mgr2.close_all()
+    # Going back to a table-only worker keeps the rows (the index is merely not maintained).
+    mgr3 = StoreManager(tmp_path / "s", "g", group_index=False)
+    st3 = mgr3.open(0)
+    assert st3.get(b"reservation/R1") == Row(1, False, "F1", b"v1") and st3.changelog_offset == 1
+    mgr3.close_all()
+    # ... and an indexed store reopened by an app after that is rebuilt again
+    mgr4 = StoreManager(tmp_path / "s", "g", group_index=True)
+    assert mgr4.open(0).is_empty()
+    mgr4.close_all()
