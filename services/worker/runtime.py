@@ -463,27 +463,20 @@ class Worker:
         assert producer is not None and consumer is not None
         t0 = time.perf_counter()
         offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
-        if self.eos:
-            try:
-                if offsets:
-                    _guarded(producer.send_offsets_to_transaction, offsets,
-                             consumer.consumer_group_metadata(), 30)
-                self._commit_with_retry()
-            except KafkaException as exc:
-                self._abort(exc)
-                return
-        else:
-            left = producer.flush(30)
-            if left:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
-            if offsets:
-                try:
-                    consumer.commit(offsets=offsets, asynchronous=False)
-                except KafkaException as exc:  # at-least-once: the events may be seen again
-                    log.warning("offset commit failed (events may be redelivered): %s", exc)
+        # The commit waits on the network (without the GIL): build the RocksDB batches
+        # meanwhile; they are written only if the commit succeeds.
+        commit = _Background(self._commit_kafka, offsets)
+        batches = {p: store.prepare() for p, store in self.stores.stores.items()}
+        try:
+            commit.wait()
+        except KafkaException as exc:
+            if not self.eos:
+                raise  # at-least-once: records not delivered; a restart replays them
+            self._abort(exc)
+            return
         self._txn_open = False
         t1 = time.perf_counter()
-        self._persist_state()
+        self._persist_state(batches)
         self._next_offsets.clear()
         self._txn_start.clear()
         if self.listeners is not None:
@@ -503,6 +496,24 @@ class Worker:
                   self.stats.consumed)
         self._write_stats()
 
+    def _commit_kafka(self, offsets: list[TopicPartition]) -> None:
+        """Commit the checkpoint's records and input offsets (runs off the poll thread)."""
+        producer, consumer = self.producer, self.consumer
+        assert producer is not None and consumer is not None
+        if self.eos:
+            if offsets:
+                _guarded(producer.send_offsets_to_transaction, offsets, consumer.consumer_group_metadata(), 30)
+            self._commit_with_retry()
+            return
+        left = producer.flush(30)
+        if left:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
+        if offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:  # at-least-once: the events may be seen again
+                log.warning("offset commit failed (events may be redelivered): %s", exc)
+
     def _commit_with_retry(self) -> None:
         assert self.producer is not None
         for attempt in range(5):
@@ -514,7 +525,7 @@ class Worker:
                     continue
                 raise
 
-    def _persist_state(self) -> None:
+    def _persist_state(self, batches: dict[int, Any]) -> None:
         now = time.monotonic()
         refresh = now >= self._next_marker
         if refresh:
@@ -534,7 +545,7 @@ class Worker:
                     log.info("state topic offsets of partition %d not available now: %s", p, exc)
                     self._next_marker = now
                     marker = None
-            store.commit(marker)
+            store.apply(batches.get(p), marker)
 
     def _abort(self, exc: KafkaException) -> None:
         """Abort the open transaction and replay its input; recover from a fatal producer.
@@ -615,6 +626,32 @@ class Worker:
             self.stats.write(Path(self.opts.stats_file))
 
 
+class _Background:
+    """``call(*args)`` on its own thread; :meth:`wait` returns its result or raises its error."""
+
+    def __init__(self, call: Any, *args: Any) -> None:
+        self._call, self._args = call, args
+        self._box: dict[str, Any] = {}
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="txn-call", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._box["value"] = self._call(*self._args)
+        except BaseException as exc:  # handed to the caller in wait()
+            self._box["error"] = exc
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> Any:
+        if not self._done.wait(timeout):
+            name = getattr(self._call, "__name__", "call")
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{name} did not return", fatal=True))
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box.get("value")
+
+
 def _guarded(call: Any, *args: Any) -> Any:
     """Run a blocking transactional call (its last argument is its timeout in seconds) and
     give up 15 s after that timeout.
@@ -623,23 +660,7 @@ def _guarded(call: Any, *args: Any) -> Any:
     call far past its timeout. A hung call is reported as a fatal error: the worker then
     replaces its producer (which fences the hung transaction) and replays the input.
     """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            box["value"] = call(*args)
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="txn-call", daemon=True).start()
-    if not done.wait(float(args[-1]) + 15.0):
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{call.__name__} did not return", fatal=True))
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    return _Background(call, *args).wait(float(args[-1]) + 15.0)
 
 
 def _row(w: Write) -> Row:

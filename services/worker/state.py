@@ -156,8 +156,16 @@ class PartitionStore:
 
     def commit(self, changelog_offset: int | None) -> None:
         """Persist the staged writes (after their Kafka transaction committed)."""
-        if not self.overlay and changelog_offset is None:
-            return
+        self.apply(self.prepare(), changelog_offset)
+
+    def prepare(self) -> WriteBatch | None:
+        """The staged writes as a RocksDB batch (None if there are none), not yet written.
+
+        The worker builds it while its Kafka commit is on the wire and writes it with
+        :meth:`apply` once that commit succeeded (or drops it with :meth:`rollback`).
+        """
+        if not self.overlay:
+            return None
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         for ekey, row in self.overlay.items():
@@ -167,9 +175,16 @@ class PartitionStore:
         for ekey, old_group in self._moved.items():
             if self.overlay[ekey].group != old_group:  # moved away (and not back again)
                 wb.delete(_index_key(old_group, ekey))
+        return wb
+
+    def apply(self, wb: WriteBatch | None, changelog_offset: int | None) -> None:
+        """Write a batch from :meth:`prepare` (plus the changelog marker) and clear the overlay."""
         if changelog_offset is not None:
-            put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
-        self.db.write(wb)
+            if wb is None:
+                wb = WriteBatch(raw_mode=True)
+            wb.put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
+        if wb is not None:
+            self.db.write(wb)
         self.overlay.clear()
         self._moved.clear()
         self._indexed.clear()
@@ -228,6 +243,9 @@ class StoreManager:
         opts.create_if_missing(True)
         table = BlockBasedOptions()
         table.set_block_cache(self._cache)
+        # Most lookups are the stale check of an event; for a new entity it misses, and the
+        # bloom filter answers a miss without reading index and data blocks (~2.5x faster).
+        table.set_bloom_filter(10, False)
         opts.set_block_based_table_factory(table)
         opts.set_write_buffer_manager(self._wbm)
         opts.set_max_open_files(64)
