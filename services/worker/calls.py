@@ -10,7 +10,7 @@ import asyncio
 import queue
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from services.worker.app import Event, HandlerSpec, Output
@@ -33,7 +33,7 @@ class HandlerCalls:
         self.codec = codec
         self.catalog = catalog
         self.completions: queue.SimpleQueue[Result] = queue.SimpleQueue()
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: _HandlerThreads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def decode_value(self, data: bytes) -> dict[str, Any]:
@@ -73,20 +73,16 @@ class HandlerCalls:
 
     def submit(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> None:
         """Start a call in the background; its result arrives on :attr:`completions`."""
-        fut: Future[Result]
         if spec.is_async:
             fut = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store), self._async_loop())
-        else:
-            fut = self._thread_pool().submit(self.call_sync, event, spec, store)
-        fut.add_done_callback(self._done)
+            fut.add_done_callback(self._done)
+            return
+        if self._pool is None:
+            self._pool = _HandlerThreads(self.concurrency, self.call_sync, self.completions)
+        self._pool.calls.put((event, spec, store))
 
     def _done(self, fut: Future[Result]) -> None:
         self.completions.put(fut.result())
-
-    def _thread_pool(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="handler")
-        return self._pool
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -104,11 +100,48 @@ class HandlerCalls:
 
     def shutdown(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown()
             self._pool = None
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop = None
+
+
+class _HandlerThreads:
+    """``n`` threads that run sync handler calls and put the results on ``completions``.
+
+    Lighter than a ThreadPoolExecutor (no Future, lock and callback per call): with slow
+    handlers at high concurrency the per-call overhead, paid under the GIL, is what limits
+    the speed-up. The scheduler never has more than ``n`` calls outstanding.
+    """
+
+    def __init__(self, n: int, call: Any, completions: queue.SimpleQueue[Result]) -> None:
+        self.calls: queue.SimpleQueue[tuple[Event, HandlerSpec, PartitionStore] | None] = queue.SimpleQueue()
+        self._call = call
+        self._completions = completions
+        self._threads = [threading.Thread(target=self._run, name=f"handler-{i}", daemon=True) for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def _run(self) -> None:
+        get, put, call = self.calls.get, self._completions.put, self._call
+        while True:
+            item = get()
+            if item is None:
+                return
+            put(call(*item))
+
+    def shutdown(self) -> None:
+        """Drop calls not started yet, let running ones finish, then stop the threads."""
+        while True:
+            try:
+                self.calls.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self._threads:
+            self.calls.put(None)
+        for t in self._threads:
+            t.join()
 
 
 def _collect(state: CallState, result: Any) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from fifolane.errors import SerializationError, UnknownSchemaError
+from fifolane.serde import Decoded
 from services.worker.app import Event
 
 __all__ = ["Rejected", "to_event"]
@@ -20,17 +21,21 @@ class Rejected(NamedTuple):
     error: str
 
 
-def to_event(msg: Any, codec: Any) -> Event | Rejected:
-    """The event of an input record (a confluent-kafka Message), or why there is none."""
+def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Rejected:
+    """The event of an input record (a confluent-kafka Message), or why there is none.
+
+    ``decoded``: the record's value, if the caller decoded it already.
+    """
     value = msg.value()
     if value is None:
         return Rejected("undecodable", "null value: input records must carry an encoded event")
-    try:
-        decoded = codec.decode(value)
-    except UnknownSchemaError as exc:
-        return Rejected("unknown-schema", str(exc))
-    except SerializationError as exc:
-        return Rejected("undecodable", str(exc))
+    if decoded is None:
+        try:
+            decoded = codec.decode(value)
+        except UnknownSchemaError as exc:
+            return Rejected("unknown-schema", str(exc))
+        except SerializationError as exc:
+            return Rejected("undecodable", str(exc))
     et = decoded.type
     record = decoded.record
     if decoded.is_delete:

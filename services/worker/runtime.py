@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fifolane.config import Settings
-from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.serde import Decoded, SchemaCatalog, make_codec
 from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
 from services.worker.calls import HandlerCalls, Result
 from services.worker.clients import consumer_config, producer_config
@@ -212,20 +212,21 @@ class Worker:
                     continue
                 value = msg.value()
                 try:
-                    et, record, is_delete = decode(value)
+                    decoded = decode(value)
                 except Exception:  # noqa: BLE001 - the general path names the reason
                     self._ingest(msg)
                     continue
+                et, record, is_delete = decoded
                 fast = None if is_delete else table_types.get(et.name)
                 if fast is None:
-                    self._ingest(msg)
+                    self._ingest(msg, decoded)
                     continue
                 key, group, version = et.key_of(record), et.group_of(record), et.version_of(record)
                 mkey = msg.key()
                 if (type(key) is not str or not key or type(group) is not str or not group
                         or type(version) is not int or mkey is None or mkey != group.encode()
                         or group in queued_groups):
-                    self._ingest(msg)
+                    self._ingest(msg, decoded)
                     continue
                 # -- bookkeeping, as in _ingest
                 if not self._txn_open:
@@ -261,7 +262,7 @@ class Worker:
             stats.state_writes += processed
             stats.superseded += superseded
 
-    def _ingest(self, msg: Any) -> None:
+    def _ingest(self, msg: Any, decoded: Decoded | None = None) -> None:
         err = msg.error()
         if err is not None:
             if err.code() != _EOF:
@@ -276,7 +277,7 @@ class Worker:
         self._next_offsets[p] = offset + 1
         self._txn_start.setdefault(p, offset)
         self.stats.consumed += 1
-        event = to_event(msg, self.codec)
+        event = to_event(msg, self.codec, decoded)
         if isinstance(event, Rejected):
             self._dead_letter(msg, event.reason, event.error)
             return
