@@ -1,16 +1,26 @@
 """Cost of listeners on the worker's hot path: ``python -m listeners.bench [--changes N]``.
 
-Drives :meth:`ListenerRuntime.on_change` exactly as the table handler does (decoded new
-record, encoded old row) with a stand-in worker whose ``produce`` only counts, for 0, 1 and 100
-listeners, and prints changes per second of the sink alone. No Kafka needed. Compare with the
-table handler's own rate (``benchmarks``) to get the throughput with listeners:
-``1 / (1/handler_rate + 1/sink_rate)``.
+Drives :meth:`ListenerRuntime.on_change` exactly as the worker's table handler does (the
+decoded new record, the encoded old row) with a stand-in worker whose ``produce`` only counts,
+and prints changes per second of the listener sink alone and notifications per change. No
+Kafka needed. Compare with the worker's own time per event (``benchmarks``) to get the
+throughput with listeners: ``1 / (1/worker_rate + 1/sink_rate)``.
+
+Scenarios ``suite: ...`` replay the events and the registrations of the ``listeners``
+benchmark suite (:mod:`benchmarks.suites.listeners`): reservations over 1,000 flights, each
+entity created and then modified once (half of the changes have an old row), with 1, 100 and
+10,000 equality listeners on distinct flights and with 100 general filters. The others are
+heavier synthetic loads (a converter per listener, many notifications per change).
+``--only TEXT`` runs the scenarios whose label contains TEXT; ``--profile`` prints a cProfile
+summary per scenario.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +32,8 @@ from listeners.registry import RegistryRecord
 from listeners.runtime import ListenerRuntime
 
 __all__ = ["SCENARIOS", "StandInEvent", "StandInWorker", "measure", "main"]
+
+PARTITIONS = 6
 
 
 @dataclass
@@ -47,6 +59,7 @@ class StandInWorker:
     keep: bool = True
     stats: _Stats = field(default_factory=_Stats)
     sent: list[tuple[str, Any, Any, int]] = field(default_factory=list)
+    headers: list[Any] = field(default_factory=list)
     count: int = 0
 
     def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
@@ -54,6 +67,11 @@ class StandInWorker:
         self.count += 1
         if self.keep:
             self.sent.append((topic, value, key, partition))
+            self.headers.append(headers)
+
+
+#: One change as the worker hands it over: (event, entity key, old row, new row, new record).
+Change = tuple[StandInEvent, bytes, Any, Any, dict[str, Any]]
 
 
 def _specs(n: int, kind: str) -> list[ListenerSpec]:
@@ -66,51 +84,126 @@ def _specs(n: int, kind: str) -> list[ListenerSpec]:
     ]  # fmt: skip
 
 
-SCENARIOS: dict[str, Callable[[], list[ListenerSpec]]] = {
-    "0 listeners": lambda: [],
-    "1 listener (filter + converter)": lambda: _specs(1, "general"),
-    "100 listeners, per-customer equality (indexed)": lambda: _specs(100, "per-customer"),
-    "100 listeners, distinct range filters + converters": lambda: _specs(100, "general"),
-}
+def _benchmarks(module: str) -> Any:
+    """A module of the benchmark harness (imported by name: the listeners package does not
+    depend on the harness, only this tool reuses its workload)."""
+    return importlib.import_module(f"benchmarks.{module}")
 
 
-def measure(specs: list[ListenerSpec], changes: int = 50_000) -> tuple[float, int]:
-    """Changes per second through ``on_change`` and notifications produced."""
+def _suite(kind: str, n: int) -> Callable[[], list[ListenerSpec]]:
+    def make() -> list[ListenerSpec]:
+        suite = _benchmarks("suites.listeners")
+        regs = suite.equality_specs(n) if kind == "equality" else suite.general_specs(n)
+        return [ListenerSpec.from_json(value) for _name, value in regs]
+
+    return make
+
+
+#: label -> (registrations, workload: "suite" or "synthetic", share of the --changes to run)
+SCENARIOS: dict[str, tuple[Callable[[], list[ListenerSpec]], str, float]] = {
+    "0 listeners": (lambda: [], "suite", 1.0),
+    "suite: 1 equality listener": (_suite("equality", 1), "suite", 1.0),
+    "suite: 100 equality listeners (distinct flights)": (_suite("equality", 100), "suite", 1.0),
+    "suite: 10,000 equality listeners (distinct flights)": (
+        _suite("equality", 10_000), "suite", 1.0),
+    "suite: 100 general filters": (_suite("general", 100), "suite", 1.0),
+    "synthetic: 1 listener (filter + converter)": (lambda: _specs(1, "general"), "synthetic", 1.0),
+    "synthetic: 100 per-customer equality": (lambda: _specs(100, "per-customer"), "synthetic",
+                                             1.0),
+    "synthetic: 100 range filters + converters (~80 notes/change)": (
+        lambda: _specs(100, "general"), "synthetic", 0.05),
+}  # fmt: skip
+
+
+def _suite_changes(codec: Any, changes: int) -> list[Change]:
+    """The ``listeners`` suite's events as table changes: first all creates, then one
+    modification per entity (``benchmarks.events.events`` with ``entities = n // 2``)."""
     from services.worker.state import Row
 
-    settings = Settings()
-    catalog = SchemaCatalog.load(PROJECT_ROOT / "schemas")
-    codec = make_codec(settings, catalog)
-    worker = StandInWorker(codec, keep=False)
-    rt = ListenerRuntime(settings, topic_partitions=lambda _t: 6)
-    rt._owned = {0}  # noqa: SLF001 - stand-in for an assignment
-    rt._epoch = {0: 1}  # noqa: SLF001
-    rt.apply_records(worker, [RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+    out: list[Change] = []
+    rows: dict[str, Any] = {}
+    for offset, (group, rid, version, rec) in enumerate(_benchmarks("events").events(changes)):
+        new = Row(version, False, group, codec.encode("reservation", rec))
+        p = zlib.crc32(group.encode()) % PARTITIONS
+        out.append((StandInEvent(p, offset, 1000 + offset), f"reservation/{rid}".encode(),
+                    rows.get(rid), new, rec))  # fmt: skip
+        rows[rid] = new
+    return out
+
+
+def _synthetic_changes(codec: Any, changes: int) -> list[Change]:
+    """1,000 entities modified over and over (old row = new row)."""
+    from services.worker.state import Row
+
     entities = 1000
-    recs: list[dict[str, Any]] = []
-    rows: list[Any] = []
+    base: list[tuple[bytes, Any, dict[str, Any]]] = []
     for i in range(entities):
         rec = {"reservation_id": f"R{i}", "flight_number": f"F{i % 50}",
                "customer_id": f"c{i % 500}", "seats": 1, "amount": float(i % 300),
                "state": "NEW", "version": 1}  # fmt: skip
-        recs.append(rec)
-        rows.append(Row(1, False, f"F{i % 50}", codec.encode("reservation", rec)))
-    keys = [f"reservation/R{i}".encode() for i in range(entities)]
-    t0 = time.perf_counter()
+        row = Row(1, False, f"F{i % 50}", codec.encode("reservation", rec))
+        base.append((f"reservation/R{i}".encode(), row, rec))
+    out: list[Change] = []
     for n in range(changes):
-        i = n % entities
-        rt.on_change(worker, StandInEvent(0, n, 0), keys[i], rows[i], rows[i], recs[i])
-    dt = time.perf_counter() - t0
-    return changes / dt, worker.count
+        ekey, row, rec = base[n % entities]
+        out.append((StandInEvent(0, n, 0), ekey, row, row, rec))
+    return out
+
+
+def _runtime(specs: list[ListenerSpec]) -> tuple[ListenerRuntime, StandInWorker]:
+    settings = Settings()
+    codec = make_codec(settings, SchemaCatalog.load(PROJECT_ROOT / "schemas"))
+    worker = StandInWorker(codec, keep=False)
+    rt = ListenerRuntime(settings, topic_partitions=lambda _t: PARTITIONS)
+    rt._owned = set(range(PARTITIONS))  # noqa: SLF001 - stand-in for an assignment
+    rt._epoch = dict.fromkeys(range(PARTITIONS), 1)  # noqa: SLF001
+    rt.apply_records(worker, [RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+    return rt, worker
+
+
+def measure(specs: list[ListenerSpec], changes: int = 50_000, workload: str = "synthetic",
+            profile: bool = False) -> tuple[float, int]:  # fmt: skip
+    """Changes per second through ``on_change`` and notifications produced."""
+    rt, worker = _runtime(specs)
+    make = _suite_changes if workload == "suite" else _synthetic_changes
+    stream = make(worker.codec, changes)
+    on_change = rt.on_change
+    prof = None
+    if profile:
+        import cProfile
+
+        prof = cProfile.Profile()
+        prof.enable()
+    t0 = time.process_time()
+    for event, ekey, old, new, rec in stream:
+        on_change(worker, event, ekey, old, new, rec)
+    dt = time.process_time() - t0
+    if prof is not None:
+        import pstats
+
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+    return len(stream) / dt, worker.count
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--changes", type=int, default=50_000)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--changes", type=int, default=100_000)
+    ap.add_argument("--only", default="", help="run the scenarios whose label contains this")
+    ap.add_argument("--repeat", type=int, default=1, help="best of N runs")
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args(argv)
-    for label, make in SCENARIOS.items():
-        rate, sent = measure(make(), args.changes)
-        print(f"{label:<52} {rate:>12,.0f} changes/s  ({sent} notifications)")
+    for label, (make, workload, share) in SCENARIOS.items():
+        if args.only not in label:
+            continue
+        changes = max(1000, int(args.changes * share))
+        specs = make()
+        best, sent = 0.0, 0
+        for _ in range(args.repeat):
+            rate, sent = measure(specs, changes, workload, args.profile)
+            best = max(best, rate)
+        print(f"{label:<62} {best:>11,.0f} changes/s {1e6 / best:>7.2f} us/change  "
+              f"({sent / changes:.3f} notifications/change)", flush=True)
 
 
 if __name__ == "__main__":
