@@ -27,7 +27,7 @@ from fifolane.errors import ExpressionError
 from listeners._lexer import LexError, Token, tokenize
 from listeners._parser import ParseError, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
-from listeners.native import NativeFn, native_converter, native_filter
+from listeners.native import Comparison, NativeFn, filter_terms, native_converter, native_filter
 
 __all__ = [
     "VARIABLES",
@@ -117,8 +117,8 @@ class CompiledExpr:
     ``equality``: for filters, the indexable equality conjunct, if any.
     """
 
-    __slots__ = ("equality", "fields", "native", "normalized", "program", "role", "source",
-                 "variables")  # fmt: skip
+    __slots__ = ("comparisons", "equality", "fields", "native", "normalized", "program", "role",
+                 "source", "variables")  # fmt: skip
 
     def __init__(
         self,
@@ -130,6 +130,7 @@ class CompiledExpr:
         equality: Equality | None = None,
         normalized: str | None = None,
         native: NativeFn | None = None,
+        comparisons: tuple[Comparison, ...] | None = None,
     ) -> None:
         self.source = source
         self.role = role
@@ -140,6 +141,9 @@ class CompiledExpr:
         self.equality = equality
         #: A plain-Python closure for simple shapes (:mod:`listeners.native`), or None.
         self.native = native
+        #: For a filter that is a ``&&`` chain of native comparisons: those comparisons
+        #: (the matcher evaluates filters that differ only in literals together).
+        self.comparisons = comparisons
 
     def __repr__(self) -> str:
         return f"CompiledExpr({self.role}: {self.source!r})"
@@ -254,8 +258,9 @@ def _compile(src: str, role: str) -> CompiledExpr:
     }
     equality = _equality(eq) if role == "filter" and eq is not None else None
     native = native_filter(root) if role == "filter" else native_converter(root)
+    comparisons = filter_terms(root) if role == "filter" and native is not None else None
     return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized,
-                        native)  # fmt: skip
+                        native, comparisons)  # fmt: skip
 
 
 def _equality(eq: EqualityConjunct) -> Equality | None:

@@ -10,7 +10,7 @@ import cel
 import pytest
 
 from listeners.expr import EvaluationError, compile_converter, compile_filter
-from listeners.native import FALLBACK
+from listeners.native import FALLBACK, SharedComparisons, shape_of
 
 FIELDS = ("a", "b", "s", "t")
 LITERALS: list[tuple[str, Any]] = [
@@ -116,3 +116,45 @@ def test_fallback_keeps_cel_errors() -> None:
     assert f.native is not None and f.native("k", {"b": 1}) is FALLBACK
     with pytest.raises(EvaluationError):
         f.test(cel.Context({"value": {"b": 1}}))
+
+
+def test_shared_comparisons_agree_with_the_closures() -> None:
+    """Filters differing only in literals, evaluated together, give each closure's verdict."""
+    rng = random.Random(777)
+    by_type: dict[type, list[str]] = {}
+    for text, value in LITERALS:
+        by_type.setdefault(type(value), []).append(text)
+    checked = {"hit": 0, "miss": 0, "unsure": 0}
+    for _ in range(150):
+        # A shape: operands, operators and literal types; members differ in literals only.
+        shape = []
+        for _ in range(rng.randint(1, 3)):
+            operand = "key" if rng.random() < 0.1 else f"value.{rng.choice(FIELDS)}"
+            typ = str if operand == "key" else rng.choice(list(by_type))
+            shape.append((operand, rng.choice(OPS), typ, rng.random() < 0.3))
+        group: SharedComparisons | None = None
+        members = []
+        for i in range(rng.randint(1, 12)):
+            parts = []
+            for operand, op, typ, mirrored in shape:
+                lit = rng.choice(['"k1"', '"k2"', '""'] if operand == "key" else by_type[typ])
+                parts.append(f"{lit} {op} {operand}" if mirrored else f"{operand} {op} {lit}")
+            expr = compile_filter(" && ".join(parts))
+            assert expr.comparisons is not None and expr.native is not None
+            if group is None:
+                group = SharedComparisons(shape_of(expr.comparisons))
+            group.add(i, expr.comparisons)
+            members.append(expr.native)
+        assert group is not None and len(group) == len(members)
+        for _ in range(20):
+            key, value = rng.choice(["k1", "k2", ""]), _random_value(rng)
+            hits: list[Any] = []
+            unsure: list[Any] = []
+            decided = group.run(key, value, hits, unsure)
+            assert decided == len(members) - len(unsure)
+            for i, native in enumerate(members):
+                want = native(key, value)
+                got = "unsure" if i in unsure else "hit" if i in hits else "miss"
+                assert got == ("unsure" if want is FALLBACK else "hit" if want else "miss")
+                checked[got] += 1
+    assert min(checked.values()) > 300, checked
