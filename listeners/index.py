@@ -34,7 +34,7 @@ def lookup(entity: Mapping[str, Any] | None, path: tuple[str, ...]) -> Any:
     """``entity[p0][p1]...`` or :data:`MISSING` if any step is absent or not a map."""
     cur: Any = entity
     for p in path:
-        if not isinstance(cur, Mapping):
+        if type(cur) is not dict and not isinstance(cur, Mapping):
             return MISSING
         cur = cur.get(p, MISSING)
         if cur is MISSING:

@@ -14,7 +14,10 @@ registrations that do not validate (reason ``invalid-listener``, and tombstones 
 worker stops delivering to an expired listener on its own at once.
 
 Per change (``on_change``): nothing at all when no listener exists or none applies to the
-entity type; else one :meth:`ListenerSet.match` call. Each notification is sent with
+entity type; else one :meth:`ListenerSet.match_lazy` call, which decodes the old row only if
+an expression or an index lookup needs it (the index reads the old state's group and key
+fields from the row and the entity key, when those are plain string fields, as they are
+written by the worker). Each notification is sent with
 ``worker.produce`` to the listener's output topic, partition = the source partition, key = the
 state-topic key, so it commits in the same Kafka transaction as the state change: live
 notifications are exactly once with the change.
@@ -47,11 +50,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
-from listeners.matcher import Change, ListenerSet, ListenerStats, Notification
+from listeners.index import lookup
+from listeners.matcher import Change, Known, ListenerSet, ListenerStats, Notification
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER, assemble, change_parts, encode_value
 from listeners.notify import listener_prefix as _prefix
@@ -88,6 +93,33 @@ class _Active:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _decoded(decode: Callable[[bytes], Any], raw: bytes) -> Any:
+    return decode(raw).record
+
+
+_Path = tuple[str, ...]
+
+
+def _string_path(schema: Any, path: str) -> _Path | None:
+    """``path`` as a tuple if it names a non-null ``string`` field (through nested records)
+    of the Avro record ``schema``, else None."""
+    names = tuple(path.split("."))
+    node = schema
+    for i, name in enumerate(names):
+        if not isinstance(node, dict) or node.get("type") != "record":
+            return None
+        field = next((f for f in node.get("fields", ()) if f.get("name") == name), None)
+        if field is None:
+            return None
+        node = field.get("type")
+        if i == len(names) - 1:
+            if node == "string" or (isinstance(node, dict) and node.get("type") == "string"
+                                    and "logicalType" not in node):  # fmt: skip
+                return names
+            return None
+    return None
 
 
 class ListenerRuntime:
@@ -128,6 +160,8 @@ class ListenerRuntime:
         self._typed: Counter[bytes] = Counter()  # active listeners per type
         self._leased: dict[str, ListenerSpec] = {}  # registrations with a lease
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
+        #: entity type -> paths of its group and key fields, where old rows carry them
+        self._hints: dict[bytes, tuple[_Path | None, _Path | None]] = {}
         self._follower: RegistryFollower | None = None
         self._next_housekeeping = 0.0
         self._verbose = True
@@ -187,7 +221,9 @@ class ListenerRuntime:
         """One applied table write: notify the listeners it concerns."""
         if not self._live:
             return
-        if not self._any_type and ekey[: ekey.find(b"/")] not in self._types:
+        slash = ekey.find(b"/")
+        tb = ekey[:slash]
+        if not self._any_type and tb not in self._types:
             return
         if worker.stats.aborts != self._aborts:
             self._rollback()
@@ -197,26 +233,31 @@ class ListenerRuntime:
             if not old_live:
                 return  # delete of an absent entity: no table change
             table_change = "removed"
-        else:
-            table_change = "modified" if old_live else "created"
-        decode = worker.codec.decode
-        old_rec = decode(old.value).record if old_live else None
-        if new.deleted:
             new_rec = None
         else:
-            new_rec = record if record is not None else decode(new.value).record
-        type_, _, key = ekey.decode().partition("/")
+            table_change = "modified" if old_live else "created"
+            new_rec = record if record is not None else worker.codec.decode(new.value).record
+        type_ = tb.decode()
+        key = ekey[slash + 1 :].decode()
         p = event.partition
-        change = Change(type_, key, new_rec, old_rec, table_change, {
-            "partition": p, "offset": event.offset, "timestamp": event.timestamp,
-            "version": new.version, "type": type_,
-        })  # fmt: skip
-        notes = self.listeners.match(change)
+        old_state: Any = None
+        known: tuple[Known, ...] = ()
+        if old_live:
+            # Decoded only if an expression or an index lookup needs the old state: the
+            # index takes the group and key fields from the row and the entity key.
+            old_state = partial(_decoded, worker.codec.decode, old.value)
+            hint = self._hints.get(tb)
+            if hint is None:
+                hint = self._hint(worker, type_, tb)
+            if hint:
+                known = self._known(hint, tb, key, old, new, new_rec)
+        offset, ts, version = event.offset, event.timestamp, new.version
+        notes = self.listeners.match_lazy(type_, key, new_rec, old_state, table_change,
+                                          (p, offset, ts, version), known)  # fmt: skip
         if not notes:
             return
         snap = self._snap
-        parts = change_parts(type_, key, table_change, p, event.offset, new.version,
-                             event.timestamp)  # fmt: skip
+        parts = change_parts(type_, key, table_change, p, offset, version, ts)
         # Listeners without a converter share the projection (the new record): encode once.
         last_value: Any = _MISSING
         value_json = ""
@@ -230,6 +271,36 @@ class ListenerRuntime:
                 value_json = encode_value(n.value)
             self._send(worker, n, p, ekey, parts, value_json)
             self.live_sent += 1
+
+    def _hint(self, worker: Any, type_: str, tb: bytes) -> tuple[_Path | None, _Path | None]:
+        """The entity type's group and key field paths, each if it is a plain string field
+        (then a stored row's group and the entity key equal the old state's fields)."""
+        entity = getattr(getattr(worker.codec, "catalog", None), "types", {}).get(type_)
+        hint: tuple[_Path | None, _Path | None] = (None, None)
+        if entity is not None:
+            hint = (_string_path(entity.schema, entity.group_path),
+                    _string_path(entity.schema, entity.key_path))  # fmt: skip
+        self._hints[tb] = hint
+        return hint
+
+    def _known(self, hint: tuple[_Path | None, _Path | None], tb: bytes, key: str, old: Any,
+               new: Any, new_rec: Any) -> tuple[Known, ...]:  # fmt: skip
+        gpath, kpath = hint
+        if new_rec is not None and (
+            (gpath is not None and (new_rec.get(gpath[0]) if len(gpath) == 1
+                                    else lookup(new_rec, gpath)) != new.group)
+            or (kpath is not None and (new_rec.get(kpath[0]) if len(kpath) == 1
+                                       else lookup(new_rec, kpath)) != key)
+        ):  # never seen: rows not written like the worker does; decode from now on
+            log.warning("listeners: %s rows do not carry their group/key fields as written; "
+                        "decoding old states for the index", tb.decode())  # fmt: skip
+            self._hints[tb] = (None, None)
+            return ()
+        if gpath is None:
+            return ((kpath, key),) if kpath is not None else ()
+        if kpath is None:
+            return ((gpath, old.group),)
+        return ((gpath, old.group), (kpath, key))
 
     def after_commit(self, worker: Any) -> None:
         """Safe point: settle the journal, apply the registry, housekeeping, snapshot chunks."""
