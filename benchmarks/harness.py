@@ -116,6 +116,7 @@ class Bench:
     bootstrap: str = ""
     kafka: str = ""
     _cluster: Any = None
+    _cluster_dir: Path = BENCH_HOME
     _progress: Progress | None = None
     _task: TaskID | None = None
     metrics: list[Metric] = field(default_factory=list)
@@ -123,7 +124,8 @@ class Bench:
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> Bench:
         self.results_dir.mkdir(parents=True, exist_ok=True)
-        self.work = BENCH_HOME / "work" / uuid.uuid4().hex[:8]
+        run_id = uuid.uuid4().hex[:8]
+        self.work = BENCH_HOME / "work" / run_id
         self.work.mkdir(parents=True, exist_ok=True)
         external = os.environ.get("FIFOLANE_BOOTSTRAP_SERVERS")
         if external:
@@ -131,8 +133,10 @@ class Bench:
         else:
             from fifolane.cluster import LocalCluster
 
-            self.console.print(f"starting a one-broker Kafka in {BENCH_HOME} ...")
-            self._cluster = LocalCluster(BENCH_HOME, 1, libs=SHARED_LIBS)
+            # A directory per run: two benchmark runs at once must not share (or wipe) a broker.
+            self._cluster_dir = BENCH_HOME / "clusters" / run_id
+            self.console.print(f"starting a one-broker Kafka in {self._cluster_dir} ...")
+            self._cluster = LocalCluster(self._cluster_dir, 1, libs=SHARED_LIBS)
             self._cluster.up(timeout=180, fresh=True)
             self.bootstrap = self._cluster.bootstrap_servers
             self.kafka = f"Apache Kafka {_kafka_version(SHARED_LIBS)} (1 local broker, KRaft)"
@@ -154,6 +158,7 @@ class Bench:
         if self._cluster is not None:
             self.console.print("stopping the benchmark Kafka ...")
             self._cluster.down(timeout=30)
+            shutil.rmtree(self._cluster_dir, ignore_errors=True)
 
     # -- progress --------------------------------------------------------------------------
     def step(self, description: str, total: float | None = None) -> None:
