@@ -294,3 +294,67 @@ def test_rows_that_do_not_carry_their_group_turn_the_shortcut_off() -> None:
     kinds = [json.loads(v)["kind"] for _t, v, _k, _p in worker.sent]
     assert kinds == ["created", "modified", "modified"]  # the odd row's state was decoded
     assert codec.decodes == 2
+
+
+class _NoRegistry:
+    """A registry follower with nothing new (``after_commit`` without Kafka)."""
+
+    def drain(self) -> list[RegistryRecord]:
+        return []
+
+    def sync(self, _timeout: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def test_sequence_numbers_roll_back_with_an_aborted_transaction() -> None:
+    rt, worker = _runtime([ListenerSpec(name="all", filter="true"),
+                           ListenerSpec(name="f1", filter='value.flight_number == "F1"')])  # fmt: skip
+    rt._follower = _NoRegistry()  # type: ignore[assignment]  # noqa: SLF001
+    rt._next_housekeeping = float("inf")  # noqa: SLF001
+    codec = worker.codec
+    rec = _record("reservation", "R1", random.Random(1), 1) | {"flight_number": "F1"}
+    row = Row(1, False, "F1", codec.encode("reservation", rec))
+    offset = 0
+
+    def change(p: int) -> None:
+        nonlocal offset
+        offset += 1
+        rt.on_change(worker, StandInEvent(p, offset, offset), f"reservation/R{offset}".encode(),
+                     None, row, rec)  # fmt: skip
+
+    def numbers() -> list[tuple[str, int, int]]:
+        out = [(d["listener"], d["partition"], d["seq"] - 5 * DELTA) for d in
+               (json.loads(v) for _t, v, _k, _p in worker.sent)]  # fmt: skip
+        worker.sent.clear()
+        return out
+
+    for p in (0, 0, 1):
+        change(p)
+    rt.after_commit(worker)  # committed: 0..1 on partition 0, 0 on partition 1
+    for p in (0, 2):
+        change(p)
+    assert numbers() == [("all", 0, 0), ("f1", 0, 0), ("all", 0, 1), ("f1", 0, 1),
+                         ("all", 1, 0), ("f1", 1, 0), ("all", 0, 2), ("f1", 0, 2),
+                         ("all", 2, 0), ("f1", 2, 0)]  # fmt: skip
+    worker.stats.aborts += 1  # the open transaction (2 on partition 0, 0 on 2) was aborted
+    for p in (0, 2, 1):
+        change(p)
+    assert numbers() == [("all", 0, 2), ("f1", 0, 2), ("all", 2, 0), ("f1", 2, 0),
+                         ("all", 1, 1), ("f1", 1, 1)]  # fmt: skip
+    rt.after_commit(worker)
+    rt.on_release(worker, [0])  # partition 0 moves away and comes back: a new run
+    rt.on_assign(worker, [0])
+    for p in (0, 1):
+        change(p)
+    run = (rt._epoch[0] - 5) * DELTA  # noqa: SLF001
+    assert run >= DELTA
+    assert numbers() == [("all", 0, run), ("f1", 0, run), ("all", 1, 2), ("f1", 1, 2)]
+    # A listener removed and registered again starts over.
+    rt.apply_records(worker, [RegistryRecord("f1", None, 100)])
+    rt.apply_records(worker, [RegistryRecord("f1", ListenerSpec(
+        name="f1", filter='value.flight_number == "F1"').to_json(), 101)])  # fmt: skip
+    change(1)
+    assert numbers() == [("all", 1, 3), ("f1", 1, 0)]
