@@ -613,6 +613,11 @@ class Worker:
     def _rewind(self) -> None:
         """Forget uncommitted work and consume it again from the transaction's start."""
         assert self.consumer is not None
+        # Handler calls still running would report events the scheduler no longer knows:
+        # wait for them (as a drain would) and drop their results; the events are replayed.
+        completions = self.calls.completions
+        for _ in range(self.sched.in_flight):
+            completions.get()
         for store in self.stores.stores.values():
             store.rollback()
         self.sched.clear()

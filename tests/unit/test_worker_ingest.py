@@ -244,3 +244,49 @@ def test_store_without_group_index(tmp_path: Path) -> None:
     mgr4 = StoreManager(tmp_path / "s", "g", group_index=True)
     assert mgr4.open(0).is_empty()
     mgr4.close_all()
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[int, int]] = []
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.partition, tp.offset))
+
+
+def test_rewind_with_handler_calls_in_flight(tmp_path: Path) -> None:
+    """An abort while handlers run (say the producer failed mid-batch) must not let their
+    late results reach the scheduler, and replays from the transaction's start."""
+    import threading
+
+    app = App("slow")
+    release = threading.Event()
+    calls: list[str] = []
+
+    @app.handler("reservation")
+    def slow(event: Event, state: GroupState) -> None:
+        calls.append(event.key)
+        release.wait(5)
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    w = _worker(tmp_path, "rewind", app)
+    w.consumer = FakeConsumer()  # type: ignore[assignment]
+    msgs = [m for m in _batch() if m.partition() == 0][:2]  # R1 and R2 of F1 (one group)
+    other = FakeMsg(1, 300, b"F2", make_codec(Settings(), CATALOG).encode(
+        "reservation", _reservation("R7", "F2", 1)))
+    w._ingest_batch([*msgs, other])
+    w._pump(block=False)
+    assert w.sched.in_flight == 2  # F1's head and F2's only event run; R2 waits behind R1
+    threading.Timer(0.2, release.set).start()
+    w._rewind()
+    assert w.sched.idle() and w.calls.completions.empty()
+    assert sorted(w.consumer.seeks) == [(0, 100), (1, 300)]  # type: ignore[union-attr]
+    assert all(not st.overlay for st in w.stores.stores.values())
+    assert sorted(calls) == ["R1", "R7"]
+    # the worker goes on: the replayed events run and nothing stale turns up
+    w._ingest_batch([*msgs, other])
+    w.drain()
+    assert sorted(calls) == ["R1", "R1", "R2", "R7", "R7"]
+    assert w.stats.processed == 3
+    w.calls.shutdown()
