@@ -570,7 +570,12 @@ class ListenerSet:
         type_ = ctx.type
         for lst in f.listeners.values():
             if kind in lst.kinds and (lst.type is None or lst.type == type_):
-                self._emit(lst, kind, ctx, out)
+                if lst.converter is None:  # the projection is the new state itself
+                    lst.stats.notifications += 1
+                    out.append(_notification((lst.name, kind,
+                                              None if kind == "removed" else ctx.new)))  # fmt: skip
+                else:
+                    self._emit(lst, kind, ctx, out)
 
     def _emit(self, lst: _Listener, kind: str, ctx: _Contexts, out: list[Notification]) -> None:
         projection: Mapping[str, Any] | None = None
@@ -600,6 +605,11 @@ def _bucket(v: Any, buckets: dict[Any, dict[str, _Filter]]) -> dict[str, _Filter
         return None
     k = eq_key(v)
     return buckets.get(k) if k is not None else None
+
+
+def _notification(fields: tuple[str, str, Mapping[str, Any] | None]) -> Notification:
+    """``Notification(*fields)`` without the named tuple's Python-level ``__new__``."""
+    return tuple.__new__(Notification, fields)
 
 
 def _count_error(lst: _Listener, exc: EvaluationError) -> None:

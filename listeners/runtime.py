@@ -48,7 +48,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -56,7 +56,7 @@ from typing import Any
 from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
 from listeners.index import lookup
-from listeners.matcher import Change, Known, ListenerSet, ListenerStats, Notification
+from listeners.matcher import Change, Known, ListenerSet, ListenerStats
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER, assemble, change_parts, encode_value
 from listeners.notify import listener_prefix as _prefix
@@ -76,7 +76,7 @@ __all__ = ["ListenerRuntime"]
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
-_SEQ, _SNAP = 0, 1
+_SNAP = 1  # journal table of snapshot cursors
 _Key = tuple[str, int]  # (listener, source partition)
 #: Registry batches larger than this are logged as a summary, not one line per listener.
 _LOG_EACH = 20
@@ -89,6 +89,10 @@ class _Active:
     partitions: int
     headers: list[tuple[str, bytes]]
     prefix: str  # the constant start of its notifications' JSON
+    #: Next sequence number per owned source partition.
+    seq: dict[int, int] = field(default_factory=dict)
+    #: Per partition, the number before the open transaction's first notification (-1: none).
+    undo: dict[int, int] = field(default_factory=dict)
 
 
 def _now_ms() -> int:
@@ -147,8 +151,8 @@ class ListenerRuntime:
         self._expiry_sent: set[tuple[str, str]] = set()
         self._durable: dict[_Key, Progress] = {}  # committed progress, from the registry
         self._snap: dict[_Key, Progress] = {}  # snapshots in progress on owned partitions
-        self._seq: dict[_Key, int] = {}  # next sequence number
-        self._undo: dict[tuple[int, _Key], Any] = {}  # since the last commit
+        self._undo: dict[tuple[int, _Key], Any] = {}  # snapshot cursors since the last commit
+        self._dirty: list[_Active] = []  # listeners that numbered since the last commit
         self._owned: set[int] = set()
         self._epoch: dict[int, int] = {}
         self._last_epoch = 0
@@ -204,15 +208,19 @@ class ListenerRuntime:
 
     def on_release(self, worker: Any, partitions: list[int]) -> None:
         """Partitions gone: forget their counters and snapshots."""
-        if self._undo and not getattr(worker, "_txn_open", True):
+        if (self._undo or self._dirty) and not getattr(worker, "_txn_open", True):
             self._rollback()  # lost partitions: the open transaction was aborted
         gone = set(partitions)
         self._owned -= gone
         for p in gone:
             self._epoch.pop(p, None)
-        for d in (self._seq, self._snap):
-            for k in [k for k in d if k[1] in gone]:
-                del d[k]
+        for act in self._active.values():
+            if act.seq:
+                for p in gone:
+                    act.seq.pop(p, None)
+                    act.undo.pop(p, None)
+        for k in [k for k in self._snap if k[1] in gone]:
+            del self._snap[k]
         for uk in [uk for uk in self._undo if uk[1][1] in gone]:
             del self._undo[uk]
 
@@ -257,6 +265,7 @@ class ListenerRuntime:
         if not notes:
             return
         snap = self._snap
+        active = self._active
         parts = change_parts(type_, key, table_change, p, offset, version, ts)
         # Listeners without a converter share the projection (the new record): encode once.
         last_value: Any = _MISSING
@@ -269,7 +278,7 @@ class ListenerRuntime:
             if n.value is not last_value:
                 last_value = n.value
                 value_json = encode_value(n.value)
-            self._send(worker, n, p, ekey, parts, value_json)
+            self._send(worker, active[n.listener], n.kind, p, ekey, parts, value_json)
             self.live_sent += 1
 
     def _hint(self, worker: Any, type_: str, tb: bytes) -> tuple[_Path | None, _Path | None]:
@@ -311,6 +320,9 @@ class ListenerRuntime:
             self._aborts = worker.stats.aborts
         else:
             self._undo.clear()
+            for act in self._dirty:
+                act.undo.clear()
+            self._dirty.clear()
             self._invalid_sent.clear()
         assert self._follower is not None
         records = self._follower.drain()
@@ -415,11 +427,9 @@ class ListenerRuntime:
         self._retype(act.spec, -1)
         # Per (listener, partition) state only exists for owned partitions (on_release drops
         # the rest): cost per removal is O(owned partitions), not O(listeners x partitions).
-        for p in self._owned:
+        for p in self._owned:  # (its sequence numbers go with its _Active)
             k = (name, p)
-            self._seq.pop(k, None)
             self._snap.pop(k, None)
-            self._undo.pop((_SEQ, k), None)
             self._undo.pop((_SNAP, k), None)
             if forget and k in self._durable:  # removed or replaced: clean up its progress
                 worker.produce(self.settings.registry_topic, None, progress_key(*k).encode(),
@@ -473,32 +483,39 @@ class ListenerRuntime:
 
     def _rollback(self) -> None:
         """The transaction since the last commit aborted: restore counters and cursors."""
-        for (table, k), old in self._undo.items():
-            d: dict[_Key, Any] = self._seq if table == _SEQ else self._snap
+        for act in self._dirty:
+            for p, before in act.undo.items():
+                if before < 0:
+                    act.seq.pop(p, None)
+                else:
+                    act.seq[p] = before
+            act.undo.clear()
+        self._dirty.clear()
+        for (_table, k), old in self._undo.items():
             if old is _MISSING:
-                d.pop(k, None)
+                self._snap.pop(k, None)
             else:
-                d[k] = old
+                self._snap[k] = old
         self._undo.clear()
         self._invalid.update(self._invalid_sent)
         self._invalid_sent.clear()
 
-    def _send(self, worker: Any, n: Notification, p: int, ekey: bytes,
+    def _send(self, worker: Any, act: _Active, kind: str, p: int, ekey: bytes,
               parts: tuple[str, str, str], value_json: str) -> None:  # fmt: skip
         """Number and produce one notification (``parts``: :func:`change_parts` of the change,
-        ``value_json``: :func:`encode_value` of ``n.value``)."""
-        act = self._active[n.listener]
-        k = (n.listener, p)
-        seqs = self._seq
-        seq = seqs.get(k)
+        ``value_json``: :func:`encode_value` of its projection)."""
+        seqs = act.seq
+        seq = seqs.get(p)
+        undo = act.undo
+        if p not in undo:  # its first one in this transaction: journal the number
+            if not undo:
+                self._dirty.append(act)
+            undo[p] = -1 if seq is None else seq
         if seq is None:
             seq = self._epoch.get(p, self._last_epoch) * DELTA
-            self._undo.setdefault((_SEQ, k), _MISSING)
-        else:
-            self._undo.setdefault((_SEQ, k), seq)
-        seqs[k] = seq + 1
-        value = assemble(act.prefix, n.kind, parts, value_json, seq)
-        worker.produce(act.topic, value, ekey, partition=p % act.partitions, headers=act.headers)
+        seqs[p] = seq + 1
+        value = assemble(act.prefix, kind, parts, value_json, seq)
+        worker.produce(act.topic, value, ekey, p % act.partitions, act.headers)
 
     # -- include current state -------------------------------------------------------------
     def _begin_snapshot(self, spec: ListenerSpec, p: int) -> None:
@@ -548,7 +565,7 @@ class ListenerRuntime:
             n = self.listeners.match_current(name, change)
             if n is not None:
                 parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
-                self._send(worker, n, p, ekey, parts, encode_value(n.value))
+                self._send(worker, act, n.kind, p, ekey, parts, encode_value(n.value))
                 sent += 1
                 self.snapshot_sent += 1
         progress = Progress(name, p, st.instance, cursor, done, sent)
