@@ -104,6 +104,8 @@ def _decoded(decode: Callable[[bytes], Any], raw: bytes) -> Any:
 
 
 _Path = tuple[str, ...]
+#: An entity type whose old rows tell nothing about the old state's fields.
+_NO_HINT: tuple[_Path | None, _Path | None] = (None, None)
 
 
 def _string_path(schema: Any, path: str) -> _Path | None:
@@ -257,7 +259,7 @@ class ListenerRuntime:
             hint = self._hints.get(tb)
             if hint is None:
                 hint = self._hint(worker, type_, tb)
-            if hint:
+            if hint is not _NO_HINT:
                 known = self._known(hint, tb, key, old, new, new_rec)
         offset, ts, version = event.offset, event.timestamp, new.version
         notes = self.listeners.match_lazy(type_, key, new_rec, old_state, table_change,
@@ -285,10 +287,12 @@ class ListenerRuntime:
         """The entity type's group and key field paths, each if it is a plain string field
         (then a stored row's group and the entity key equal the old state's fields)."""
         entity = getattr(getattr(worker.codec, "catalog", None), "types", {}).get(type_)
-        hint: tuple[_Path | None, _Path | None] = (None, None)
+        hint = _NO_HINT
         if entity is not None:
             hint = (_string_path(entity.schema, entity.group_path),
                     _string_path(entity.schema, entity.key_path))  # fmt: skip
+            if hint == _NO_HINT:
+                hint = _NO_HINT
         self._hints[tb] = hint
         return hint
 
@@ -303,7 +307,7 @@ class ListenerRuntime:
         ):  # never seen: rows not written like the worker does; decode from now on
             log.warning("listeners: %s rows do not carry their group/key fields as written; "
                         "decoding old states for the index", tb.decode())  # fmt: skip
-            self._hints[tb] = (None, None)
+            self._hints[tb] = _NO_HINT
             return ()
         if gpath is None:
             return ((kpath, key),) if kpath is not None else ()

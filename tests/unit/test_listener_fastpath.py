@@ -358,3 +358,24 @@ def test_sequence_numbers_roll_back_with_an_aborted_transaction() -> None:
         name="f1", filter='value.flight_number == "F1"').to_json(), 101)])  # fmt: skip
     change(1)
     assert numbers() == [("all", 1, 3), ("f1", 1, 0)]
+
+
+def test_only_plain_string_fields_are_taken_from_the_row() -> None:
+    from listeners.runtime import _string_path
+
+    inner = {"type": "record", "name": "In", "fields": [{"name": "code", "type": "string"}]}
+    schema = {"type": "record", "name": "T", "fields": [
+        {"name": "s", "type": "string"}, {"name": "n", "type": "long"},
+        {"name": "u", "type": ["null", "string"]}, {"name": "id", "type": {"type": "string",
+                                                                            "logicalType": "uuid"}},
+        {"name": "plain", "type": {"type": "string"}}, {"name": "in", "type": inner},
+    ]}  # fmt: skip
+    assert _string_path(schema, "s") == ("s",)
+    assert _string_path(schema, "plain") == ("plain",)
+    assert _string_path(schema, "in.code") == ("in", "code")
+    for path in ("n", "u", "id", "in", "missing", "s.x", "in.missing"):
+        assert _string_path(schema, path) is None, path
+    catalog = _codec().catalog
+    res = catalog.types["reservation"]
+    assert _string_path(res.schema, res.group_path) == ("flight_number",)
+    assert _string_path(res.schema, res.key_path) == ("reservation_id",)
