@@ -38,7 +38,7 @@ from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
-from services.worker.state import PartitionStore, Row, StoreManager
+from services.worker.state import ROW_VERSION, PartitionStore, Row, StoreManager
 
 __all__ = ["Worker", "load_app"]
 
@@ -85,10 +85,13 @@ class Worker:
         self.metrics_port: int | None = None
         self._state_topic = settings.state_topic
         self._dlq_topic = settings.dlq_topic
-        # entity types handled by the built-in table handler -> (entity-key prefix, type header)
-        self._table_types: dict[str, tuple[bytes, bytes]] = {
-            t.name: (f"{t.name}/".encode(), t.name.encode())
-            for t in self.catalog if self.app.handler_for(t.name).fn is table_handler
+        # Entity types the fast path takes: handled by the built-in table handler, with key,
+        # group and version in top-level fields -> (entity-key prefix, type header, fields).
+        self._table_types: dict[str, tuple[bytes, bytes, str, str, str]] = {
+            t.name: (f"{t.name}/".encode(), t.name.encode(), t.key_path, t.group_path, t.version_field)
+            for t in self.catalog
+            if self.app.handler_for(t.name).fn is table_handler
+            and "." not in t.key_path + t.group_path + t.version_field
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -212,7 +215,10 @@ class Worker:
         state_topic = self._state_topic
         listeners = self.listeners
         stats = self.stats
-        unpack = Row.unpack
+        unpack, row_version = Row.unpack, ROW_VERSION.unpack_from
+        # The previous row itself (not just its version) is needed by change sinks and by
+        # stores that keep a group index.
+        need_old = listeners is not None or not all(plain is not None for _o, _g, plain in parts.values())
         consumed = processed = superseded = 0
         try:
             for msg in msgs:
@@ -233,7 +239,8 @@ class Worker:
                 if fast is None:
                     self._ingest(msg, decoded)
                     continue
-                key, group, version = et.key_of(record), et.group_of(record), et.version_of(record)
+                prefix, type_header, key_field, group_field, version_field = fast
+                key, group, version = record.get(key_field), record.get(group_field), record.get(version_field)
                 mkey = msg.key()
                 if (type(key) is not str or not key or type(group) is not str or not group
                         or type(version) is not int or mkey is None or mkey != group.encode()
@@ -249,22 +256,27 @@ class Worker:
                     txn_start[p] = offset
                 consumed += 1
                 # -- the table handler, as in _apply_table / _write
-                ekey = fast[0] + key.encode()
+                ekey = prefix + key.encode()
                 overlay, db_get, plain = parts[p]
                 old = overlay.get(ekey)  # inlined PartitionStore.get
-                if old is None:
+                if old is not None:
+                    if version <= old.version:
+                        superseded += 1
+                        continue
+                else:
                     data = db_get(b"e:" + ekey)
                     if data is not None:
-                        old = unpack(data)
-                if old is not None and version <= old.version:
-                    superseded += 1
-                    continue
+                        if version <= row_version(data)[0]:
+                            superseded += 1
+                            continue
+                        if need_old:
+                            old = unpack(data)
                 new = Row(version, False, group, value)
                 if plain is not None:
                     plain[ekey] = new  # PartitionStore.put without a group index
                 else:
                     stores[p].put(ekey, new, old)
-                headers = [("fifolane.type", fast[1]), ("fifolane.group", mkey),
+                headers = [("fifolane.type", type_header), ("fifolane.group", mkey),
                            ("fifolane.version", str(version).encode())]
                 try:
                     produce(state_topic, value, ekey, p, headers=headers)

@@ -28,11 +28,13 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-__all__ = ["PartitionStore", "Row", "StoreManager"]
+__all__ = ["ROW_VERSION", "PartitionStore", "Row", "StoreManager"]
 
 log = logging.getLogger(__name__)
 
 _ROW = struct.Struct(">qBH")
+#: The version at the start of a packed row: ``ROW_VERSION.unpack_from(data)[0]``.
+ROW_VERSION = struct.Struct(">q")
 _OFFSET = struct.Struct(">q")
 _FLAG_DELETED = 1
 _META_CHANGELOG = b"m:changelog"

@@ -290,3 +290,39 @@ def test_rewind_with_handler_calls_in_flight(tmp_path: Path) -> None:
     assert sorted(calls) == ["R1", "R1", "R2", "R7", "R7"]
     assert w.stats.processed == 3
     w.calls.shutdown()
+
+
+def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path) -> None:
+    """The same batch again after the first one reached RocksDB: the stale checks now read
+    persisted rows (versions only, or whole rows for change sinks)."""
+    codec = make_codec(Settings(), CATALOG)
+    newer = [FakeMsg(0, 200, b"F1", codec.encode("reservation", _reservation("R1", "F1", 3))),
+             FakeMsg(1, 300, b"F2", codec.encode("reservation", _reservation("R3", "F2", 9))),
+             FakeMsg(1, 301, b"F2", codec.encode("reservation", _reservation("R3", "F2", 10))),
+             FakeMsg(0, 201, b"F1", codec.encode("reservation", _reservation("R2", "F1", 8)))]
+    outcomes = []
+    for with_sink in (False, True):
+        sinks = (RecordingSink(), RecordingSink()) if with_sink else (None, None)
+        workers = []
+        for name, sink in zip(("fast", "slow"), sinks, strict=True):
+            w = _worker(tmp_path, f"{name}-{with_sink}", sink=sink)
+            if name == "slow":
+                w._table_types = {}
+            w._ingest_batch(_batch())
+            for st in w.stores.stores.values():
+                st.commit(None)
+            w.producer.records.clear()  # type: ignore[union-attr]
+            w._ingest_batch(newer)
+            workers.append(w)
+        fast, slow = workers
+        assert _outcome(fast) == _outcome(slow)
+        # R1 v3 applies, R3 v9 is a duplicate of the persisted v9, R3 v10 applies, R2 v8 is
+        # newer than the persisted delete (v7) and applies
+        assert [(k, dict(h)["fifolane.version"]) for _t, _v, k, _p, h in fast.producer.records] == [
+            (b"reservation/R1", b"3"), (b"reservation/R3", b"10"), (b"reservation/R2", b"8")]
+        if with_sink:
+            assert sinks[0] is not None and sinks[1] is not None
+            assert sinks[0].changes == sinks[1].changes
+            assert [(c[1], c[5], c[6]) for c in sinks[0].changes][-3:] == [("R1", 2, 3), ("R3", 9, 10), ("R2", 7, 8)]
+        outcomes.append(fast.stats.superseded)
+    assert outcomes == [4, 4]  # 3 in the first batch, 1 in the second
