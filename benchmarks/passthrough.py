@@ -5,7 +5,8 @@
 - ``serial``: the partition-serial consumer of the Parallel Consumer README: one loop, one
   event at a time, sleeping the event's handler delay (see :func:`benchmarks.events.sleep_for`).
 
-Both use the producer settings of the fifolane worker (idempotent, acks=all, linger 5 ms).
+Both use the producer settings of the fifolane worker (idempotent, acks=all, its batching:
+``services.worker.clients.PRODUCER_BATCHING``).
 SIGTERM ends the loop after a final commit.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from benchmarks.events import sleep_for
+from services.worker.clients import PRODUCER_BATCHING
 
 __all__ = ["main"]
 
@@ -37,8 +39,7 @@ def _clients(args: argparse.Namespace) -> tuple[Consumer, Producer]:
     })
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "enable.idempotence": True, "acks": "all",
-        "linger.ms": 5, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1 << 20,
+        **PRODUCER_BATCHING,
     })
     return consumer, producer
 

@@ -50,7 +50,7 @@ def run(bench: Bench) -> None:
     bench.write_result(
         "ceiling", metrics, started=started,
         settings={"events": n, "partitions": PARTITIONS, "commit_interval_s": COMMIT_INTERVAL,
-                  "consume_batch": 1000, "producer": "idempotent, acks=all, linger.ms=5"},
+                  "consume_batch": 1000, "producer": "idempotent, acks=all, linger.ms=20 (the worker's batching)"},
         raw={"passthrough": commits.to_dict(), "bare_consume": raw},
         notes=["Timed from the first offset commit to the commit covering the last event; "
                "start-up and group join are excluded.",

@@ -16,6 +16,7 @@ still-running system gets a paced latency probe.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from typing import Any
@@ -116,9 +117,13 @@ def _run_quix(bench: Bench, python: str, base: Settings, json_topic: str, total:
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median rate (of an odd number of runs), with every rate beside it."""
-    ordered = sorted(runs, key=lambda r: float(r["throughput"]["events_per_s"]))
+    def rate(r: dict[str, Any]) -> float:  # NaN when a run landed in one commit (no interval)
+        value = float(r["throughput"]["events_per_s"])
+        return value if math.isfinite(value) else -math.inf
+
+    ordered = sorted(runs, key=rate)
     mid = dict(ordered[len(ordered) // 2])
-    mid["reps_events_per_s"] = [round(float(r["throughput"]["events_per_s"])) for r in runs]
+    mid["reps_events_per_s"] = [round(rate(r)) if math.isfinite(rate(r)) else None for r in runs]
     return mid
 
 
