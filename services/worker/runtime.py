@@ -39,6 +39,7 @@ from services.worker.options import WorkerOptions
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import ROW_VERSION, PartitionStore, Row, StoreManager
+from services.worker.txn import Background, guarded
 
 __all__ = ["Worker", "load_app"]
 
@@ -384,7 +385,8 @@ class Worker:
 
     # ------------------------------------------------------------------ effects
     def _apply_table(self, event: Event) -> None:
-        """The built-in table handler, without the generic machinery (the hot path)."""
+        """The built-in table handler, without the generic machinery (events that
+        :meth:`_ingest_batch` hands to the general path: deletes, busy groups)."""
         store = self.stores.stores[event.partition]
         ekey = event.entity_key
         old = store.get(ekey)
@@ -497,7 +499,7 @@ class Worker:
         offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
         # The commit waits on the network (without the GIL): build the RocksDB batches
         # meanwhile; they are written only if the commit succeeds.
-        commit = _Background(self._commit_kafka, offsets)
+        commit = Background(self._commit_kafka, offsets)
         batches = {p: store.prepare() for p, store in self.stores.stores.items()}
         try:
             commit.wait()
@@ -534,7 +536,7 @@ class Worker:
         assert producer is not None and consumer is not None
         if self.eos:
             if offsets:
-                _guarded(producer.send_offsets_to_transaction, offsets, consumer.consumer_group_metadata(), 30)
+                guarded(producer.send_offsets_to_transaction, offsets, consumer.consumer_group_metadata(), 30)
             self._commit_with_retry()
             return
         left = producer.flush(30)
@@ -550,7 +552,7 @@ class Worker:
         assert self.producer is not None
         for attempt in range(5):
             try:
-                _guarded(self.producer.commit_transaction, 30)
+                guarded(self.producer.commit_transaction, 30)
                 return
             except KafkaException as exc:
                 if exc.args[0].retriable() and attempt < 4:
@@ -661,43 +663,6 @@ class Worker:
             update_lag(self.stats, self.consumer, self.settings.input_topic, self._assigned)
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
-
-
-class _Background:
-    """``call(*args)`` on its own thread; :meth:`wait` returns its result or raises its error."""
-
-    def __init__(self, call: Any, *args: Any) -> None:
-        self._call, self._args = call, args
-        self._box: dict[str, Any] = {}
-        self._done = threading.Event()
-        threading.Thread(target=self._run, name="txn-call", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            self._box["value"] = self._call(*self._args)
-        except BaseException as exc:  # handed to the caller in wait()
-            self._box["error"] = exc
-        finally:
-            self._done.set()
-
-    def wait(self, timeout: float | None = None) -> Any:
-        if not self._done.wait(timeout):
-            name = getattr(self._call, "__name__", "call")
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{name} did not return", fatal=True))
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box.get("value")
-
-
-def _guarded(call: Any, *args: Any) -> Any:
-    """Run a blocking transactional call (its last argument is its timeout in seconds) and
-    give up 15 s after that timeout.
-
-    When the transaction coordinator's broker dies, librdkafka can stay blocked in such a
-    call far past its timeout. A hung call is reported as a fatal error: the worker then
-    replaces its producer (which fences the hung transaction) and replays the input.
-    """
-    return _Background(call, *args).wait(float(args[-1]) + 15.0)
 
 
 def _row(w: Write) -> Row:
