@@ -36,7 +36,7 @@ def measure_ceiling(bench: Bench, settings: Settings, total: int) -> Commits:
 def run(bench: Bench) -> None:
     """Pre-produce N events, then time the passthrough loop and a bare consumer over them."""
     started = time.monotonic()
-    n = bench.size(500_000, 50_000)
+    n = bench.size(500_000, 200_000)  # quick: still several commits at ~200k events/s
     settings = bench.topic_set("ceiling", PARTITIONS)
     bench.step(f"ceiling: pre-producing {n:,} events", n)
     produce_avro(settings, events(n), on_progress=bench.advance)

@@ -131,7 +131,7 @@ def run(bench: Bench) -> None:
     """Pre-produce; then ``reps`` rounds of ceiling, fifolane ALO, fifolane EOS (medians
     reported); then Quix ALO and EOS once each, over the same events."""
     started = time.monotonic()
-    n = bench.size(300_000, 20_000)
+    n = bench.size(300_000, 100_000)  # quick: enough for more than one commit (rate needs two)
     reps = bench.size(3, 1)
     probe = {"count": bench.size(3000, 600), "rate": bench.size(500, 300)}
     base = bench.topic_set("stateful", PARTITIONS)
