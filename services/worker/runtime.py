@@ -499,7 +499,8 @@ class Worker:
         offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
         # The commit waits on the network (without the GIL): build the RocksDB batches
         # meanwhile; they are written only if the commit succeeds.
-        commit = Background(self._commit_kafka, offsets)
+        group_metadata = consumer.consumer_group_metadata() if self.eos and offsets else None
+        commit = Background(self._commit_producer, offsets, group_metadata)
         batches = {p: store.prepare() for p, store in self.stores.stores.items()}
         try:
             commit.wait()
@@ -508,6 +509,11 @@ class Worker:
                 raise  # at-least-once: records not delivered; a restart replays them
             self._abort(exc)
             return
+        if not self.eos and offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:  # at-least-once: the events may be seen again
+                log.warning("offset commit failed (events may be redelivered): %s", exc)
         self._txn_open = False
         t1 = time.perf_counter()
         self._persist_state(batches)
@@ -530,23 +536,24 @@ class Worker:
                   self.stats.consumed)
         self._write_stats()
 
-    def _commit_kafka(self, offsets: list[TopicPartition]) -> None:
-        """Commit the checkpoint's records and input offsets (runs off the poll thread)."""
-        producer, consumer = self.producer, self.consumer
-        assert producer is not None and consumer is not None
+    def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """The producer's part of a checkpoint (runs off the poll thread): exactly-once, the
+        transaction with the input offsets; at-least-once, delivery of every record.
+
+        Only the producer is touched here. A checkpoint can run inside a rebalance callback,
+        that is inside ``consume()``, and a consumer call from this thread would then wait for
+        the poll thread, which waits for this one.
+        """
+        producer = self.producer
+        assert producer is not None
         if self.eos:
             if offsets:
-                guarded(producer.send_offsets_to_transaction, offsets, consumer.consumer_group_metadata(), 30)
+                guarded(producer.send_offsets_to_transaction, offsets, group_metadata, 30)
             self._commit_with_retry()
             return
         left = producer.flush(30)
         if left:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
-        if offsets:
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:  # at-least-once: the events may be seen again
-                log.warning("offset commit failed (events may be redelivered): %s", exc)
 
     def _commit_with_retry(self) -> None:
         assert self.producer is not None
