@@ -493,8 +493,8 @@ class Worker:
                 self.listeners.after_commit(self)
             self._write_stats()
             return
-        producer, consumer = self.producer, self.consumer
-        assert producer is not None and consumer is not None
+        consumer = self.consumer
+        assert self.producer is not None and consumer is not None
         t0 = time.perf_counter()
         offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
         # The commit waits on the network (without the GIL): build the RocksDB batches
