@@ -9,7 +9,7 @@ plus one ``schemaless_reader`` call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from io import BytesIO
 from typing import Any, NamedTuple, Protocol
 
@@ -19,8 +19,13 @@ from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint_bytes
+from fifolane.serde.scan import Scanner, compile_scanner
 
-__all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC"]
+__all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC", "Scan"]
+
+#: ``value -> (entity type, [key, group, version])``, or None: decode it instead
+#: (see :meth:`Codec.scanner`).
+Scan = Callable[[bytes], "tuple[EntityType, list[Any]] | None"]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _SO_HEADER = 10  # magic (2) + fingerprint (8)
@@ -73,6 +78,13 @@ class Codec(Protocol):
         SerializationError for anything else that is not a valid value."""
         ...
 
+    def scanner(self, types: Collection[str]) -> Scan:
+        """A shortcut for upserts of ``types``: read only the key, group and version of a
+        value written with the current schema of its type (without building the record).
+        None means "decode it": a delete, another type or writer schema, a schema that is
+        not flat, or anything invalid (decode() then names the error)."""
+        ...
+
 
 class AvroCodec:
     """Shared Avro body code: subclasses supply the header (prefix) and the writer lookup."""
@@ -118,6 +130,13 @@ class AvroCodec:
             # tuple.__new__ skips the NamedTuple's Python-level __new__ (hot path).
             return _new_decoded(Decoded, (entity, record, False))
         return self._delete(record)
+
+    def _scanner_of(self, writer: WriterSchema, types: Collection[str]) -> Scanner | None:
+        """The field scanner for values of ``writer`` if it is a current schema of ``types``."""
+        entity = writer.entity
+        if entity is None or writer.reader is not None or entity.name not in types:
+            return None
+        return compile_scanner(writer.schema, (entity.key_path, entity.group_path, entity.version_field))
 
     def _delete(self, record: dict[str, Any]) -> Decoded:
         entity = self.catalog.types.get(record["entity_type"])
@@ -208,3 +227,24 @@ class SingleObjectCodec(AvroCodec):
                 f"(add the schema, or an older version of it to schemas/history/)"
             )
         return self._read(writer, data, _SO_HEADER)
+
+    def scanner(self, types: Collection[str]) -> Scan:
+        """See :meth:`Codec.scanner`."""
+        table: dict[bytes, tuple[EntityType, Scanner]] = {}
+        for fp, writer in self._writers.items():
+            fn = self._scanner_of(writer, types)
+            if fn is not None:
+                assert writer.entity is not None
+                table[fp] = (writer.entity, fn)
+        get = table.get
+
+        def scan(data: bytes) -> tuple[EntityType, list[Any]] | None:
+            if data is None or data[:2] != SINGLE_OBJECT_MAGIC:
+                return None
+            found = get(data[2:_SO_HEADER])
+            if found is None:
+                return None
+            values = found[1](data, _SO_HEADER)
+            return None if values is None else (found[0], values)
+
+        return scan

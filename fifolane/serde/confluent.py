@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import httpx
 
 from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import DELETE_SCHEMA_NAME, SchemaCatalog, WriterSchema
-from fifolane.serde.codec import _DELETE, AvroCodec, Decoded, _write
+from fifolane.serde.codec import _DELETE, AvroCodec, Decoded, Scan, _write
+from fifolane.serde.entity import EntityType
+from fifolane.serde.scan import Scanner
 
 __all__ = ["CONFLUENT_MAGIC", "ConfluentCodec", "RegistryClient", "SchemaRegistryError"]
 
@@ -143,6 +145,32 @@ class ConfluentCodec(AvroCodec):
         if writer is None:
             writer = self._fetch(schema_id)
         return self._read(writer, data, _HEADER)
+
+    def scanner(self, types: Collection[str]) -> Scan:
+        """See :meth:`fifolane.serde.Codec.scanner`. Ids are learnt by decode(): a value
+        whose schema id was never decoded here is left to decode() once."""
+        table: dict[int, tuple[EntityType, Scanner] | None] = {}
+        by_id = self._by_id
+
+        def scan(data: bytes) -> tuple[EntityType, list[Any]] | None:
+            if data is None or len(data) < _HEADER or data[0] != CONFLUENT_MAGIC:
+                return None
+            schema_id = int.from_bytes(data[1:_HEADER], "big")
+            try:
+                found = table[schema_id]
+            except KeyError:
+                writer = by_id.get(schema_id)
+                if writer is None:
+                    return None
+                entity, fn = writer.entity, self._scanner_of(writer, types)
+                found = None if entity is None or fn is None else (entity, fn)
+                table[schema_id] = found
+            if found is None:
+                return None
+            values = found[1](data, _HEADER)
+            return None if values is None else (found[0], values)
+
+        return scan
 
     def _fetch(self, schema_id: int) -> WriterSchema:
         text = self.registry.schema_by_id(schema_id)

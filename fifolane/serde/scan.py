@@ -1,0 +1,169 @@
+"""Read a few top-level fields of a flat Avro record without decoding the rest.
+
+A worker's table handler needs only the key, group and version of an upsert: the value
+bytes go to the state topic as they are. Decoding the whole record with fastavro (a dict,
+a string per field) is the largest cost per event, so for flat records (fields of
+primitive types, enums, fixed and unions of those, no logical types) a
+:func:`compile_scanner` walks the body field by field instead, keeping only the wanted
+fields. It still checks everything a decode checks: string lengths and UTF-8, enum and
+union indexes, no bytes missing or left over.
+
+A scanner is only ever a shortcut. It answers None for anything it is not sure of (a
+corrupt body, an unusual encoding), and the caller then decodes normally, which gives
+the real answer or the error. So a record a scanner accepts is one fastavro accepts,
+with the same values for the wanted fields; the tests check that on random and
+corrupted records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["Scanner", "compile_scanner"]
+
+#: ``(data, offset of the body) -> the wanted values in the order asked, or None``.
+Scanner = Callable[[bytes, int], "list[Any] | None"]
+
+# Field kinds: below _DOUBLE a zig-zag varint comes first (a value, an enum index or a
+# length); _DOUBLE up to _FIXED are fixed sizes (the size is the op's argument).
+_STRING, _LONG, _ENUM, _BYTES, _DOUBLE, _FLOAT, _FIXED, _BOOLEAN, _NULL, _UNION = range(10)
+
+_PRIMITIVES: dict[str, tuple[int, Any]] = {
+    "string": (_STRING, None), "long": (_LONG, None), "int": (_LONG, None),
+    "double": (_DOUBLE, 8), "float": (_FLOAT, 4), "bytes": (_BYTES, None),
+    "boolean": (_BOOLEAN, None), "null": (_NULL, None),
+}
+
+#: Kinds whose value a scanner returns (floats are skipped, never converted).
+_RETURNABLE = {_STRING, _LONG, _ENUM, _BYTES, _BOOLEAN, _NULL}
+
+#: A varint of at most this many bits of payload (9 bytes) always fits an Avro long.
+_MAX_SHIFT = 56
+
+
+def _kind(schema: Any) -> tuple[int, Any] | None:
+    """(kind, argument) of a field type; None if a scanner does not handle it."""
+    if isinstance(schema, str):
+        return _PRIMITIVES.get(schema)
+    if isinstance(schema, dict):
+        if "logicalType" in schema:
+            return None  # decoded into other Python types; leave those to fastavro
+        t = schema.get("type")
+        if t == "enum":
+            return _ENUM, tuple(schema["symbols"])
+        if t == "fixed":
+            return _FIXED, int(schema["size"])
+        return _PRIMITIVES.get(t) if isinstance(t, str) else None
+    if isinstance(schema, list):
+        branches = [_kind(b) for b in schema]
+        if not branches or any(b is None or b[0] == _UNION for b in branches):
+            return None
+        return _UNION, tuple(branches)
+    return None
+
+
+def _returnable(kind: tuple[int, Any]) -> bool:
+    if kind[0] == _UNION:
+        return all(b[0] in _RETURNABLE for b in kind[1])
+    return kind[0] in _RETURNABLE
+
+
+def compile_scanner(schema: dict[str, Any], wanted: Sequence[str]) -> Scanner | None:
+    """A scanner for records of the fastavro-parsed ``schema`` that returns the values of
+    the top-level fields ``wanted``; None if the schema is not flat enough or lacks one."""
+    if schema.get("type") != "record":
+        return None
+    fields = schema.get("fields") or []
+    names = [f.get("name") for f in fields]
+    if any(w not in names for w in wanted):
+        return None
+    ops: list[tuple[int, Any, int]] = []
+    for field in fields:
+        kind = _kind(field.get("type"))
+        name = field["name"]
+        if kind is None or (name in wanted and not _returnable(kind)):
+            return None
+        ops.append((kind[0], kind[1], wanted.index(name) if name in wanted else -1))
+    n_wanted = len(wanted)
+    frozen = tuple(ops)
+
+    def scan(data: bytes, pos: int) -> list[Any] | None:
+        try:
+            return _scan(data, pos, frozen, n_wanted)
+        except (IndexError, UnicodeDecodeError):
+            return None
+
+    return scan
+
+
+def _scan(data: bytes, pos: int, ops: tuple[tuple[int, Any, int], ...], n_wanted: int) -> list[Any] | None:
+    # The hot loop of a table worker: one pass, inlined varints, no helper calls for the
+    # common kinds. IndexError (data too short) and UnicodeDecodeError end it: see scan().
+    out: list[Any] = [None] * n_wanted
+    end = len(data)
+    for kind, arg, slot in ops:
+        if kind == _UNION:
+            b = data[pos]
+            pos += 1
+            if b & 0x80:
+                return None  # over 63 branches: not worth a fast path
+            index = (b >> 1) ^ -(b & 1)
+            if not 0 <= index < len(arg):
+                return None
+            kind, arg = arg[index]
+        if kind < _DOUBLE:
+            # a zig-zag varint: the value of a long/int, an enum index, a string/bytes length
+            b = data[pos]
+            pos += 1
+            if b & 0x80:
+                n = b & 0x7F
+                shift = 7
+                while True:
+                    b = data[pos]
+                    pos += 1
+                    n |= (b & 0x7F) << shift
+                    if not b & 0x80:
+                        break
+                    shift += 7
+                    if shift > _MAX_SHIFT:
+                        return None
+            else:
+                n = b
+            n = (n >> 1) ^ -(n & 1)
+            if kind == _STRING:
+                stop = pos + n
+                if n < 0 or stop > end:
+                    return None
+                text = data[pos:stop].decode()  # UnicodeDecodeError: not UTF-8, as fastavro
+                if slot >= 0:
+                    out[slot] = text
+                pos = stop
+            elif kind == _LONG:
+                if slot >= 0:
+                    out[slot] = n
+            elif kind == _ENUM:
+                if not 0 <= n < len(arg):
+                    return None
+                if slot >= 0:
+                    out[slot] = arg[n]
+            else:  # bytes
+                stop = pos + n
+                if n < 0 or stop > end:
+                    return None
+                if slot >= 0:
+                    out[slot] = data[pos:stop]
+                pos = stop
+        elif kind < _BOOLEAN:
+            pos += arg
+        elif kind == _BOOLEAN:
+            b = data[pos]
+            pos += 1
+            if b > 1:
+                return None
+            if slot >= 0:
+                out[slot] = b == 1
+        # _NULL: nothing to read (its value, None, is already in ``out``)
+    if pos != end:
+        return None
+    return out
