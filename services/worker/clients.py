@@ -40,16 +40,24 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
 
 
 def producer_config(opts: WorkerOptions, group_id: str, on_error: Any) -> dict[str, Any]:
-    """Idempotent, acks=all; transactional (id = group + worker id) for exactly-once."""
+    """Idempotent, acks=all; transactional (id = group + worker id) for exactly-once.
+
+    Exactly-once needs no delivery reports: a record that cannot be delivered fails the
+    transaction's commit, which is then aborted and replayed. At-least-once learns of a
+    failed delivery only through ``on_error`` (called for failures only). A delivery
+    callback costs about 1.4 us per record even then (confluent-kafka keeps per-record
+    state for it), a sixth of the worker's time per event, so it is set only where needed.
+    """
     conf: dict[str, Any] = {
         "client.id": f"{opts.worker_id}-producer",
         "enable.idempotence": True,
         "acks": "all",
         **PRODUCER_BATCHING,
-        "delivery.report.only.error": True,  # success needs no callback on the hot path
-        "on_delivery": on_error,
     }
     if opts.guarantee == "exactly-once":
         conf["transactional.id"] = f"{group_id}-{opts.worker_id}"
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+    else:
+        conf["delivery.report.only.error"] = True
+        conf["on_delivery"] = on_error
     return conf

@@ -80,6 +80,7 @@ class Worker:
         self._next_stats = 0.0
         self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
         self._recoveries: list[float] = []
+        self._delivery_error: KafkaError | None = None  # at-least-once: first failure since the last checkpoint
         self._producer_conf: dict[str, Any] = {}
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
@@ -94,6 +95,10 @@ class Worker:
             if self.app.handler_for(t.name).fn is table_handler
             and "." not in t.key_path + t.group_path + t.version_field
         }
+        # Reads key, group and version of those types' upserts without decoding the record,
+        # which only change sinks need (listeners see every change's record).
+        self._scan = (self.codec.scanner(self._table_types)
+                      if self._table_types and listeners is None else None)
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -204,6 +209,7 @@ class Worker:
         assigned, next_offsets, txn_start = self._assigned, self._next_offsets, self._txn_start
         decode = self.codec.decode
         table_types = self._table_types
+        scan = self._scan
         queued_groups = self.sched.queues
         # per partition: its overlay, RocksDB getter and store (None: keeps a group index,
         # so writes go through PartitionStore.put)
@@ -230,18 +236,29 @@ class Worker:
                 if p not in assigned:
                     continue
                 value = msg.value()
-                try:
-                    decoded = decode(value)
-                except Exception:  # noqa: BLE001 - the general path names the reason
-                    self._ingest(msg)
-                    continue
-                et, record, is_delete = decoded
-                fast = None if is_delete else table_types.get(et.name)
-                if fast is None:
-                    self._ingest(msg, decoded)
-                    continue
-                prefix, type_header, key_field, group_field, version_field = fast
-                key, group, version = record.get(key_field), record.get(group_field), record.get(version_field)
+                # Without change sinks the record itself is not needed: read just the key,
+                # group and version if the codec can (scan), else decode.
+                scanned = scan(value) if scan is not None else None
+                if scanned is not None:
+                    et, (key, group, version) = scanned
+                    decoded = record = None
+                    fast = table_types.get(et.name)
+                    if fast is None:
+                        self._ingest(msg)
+                        continue
+                else:
+                    try:
+                        decoded = decode(value)
+                    except Exception:  # noqa: BLE001 - the general path names the reason
+                        self._ingest(msg)
+                        continue
+                    et, record, is_delete = decoded
+                    fast = None if is_delete else table_types.get(et.name)
+                    if fast is None:
+                        self._ingest(msg, decoded)
+                        continue
+                    key, group, version = record.get(fast[2]), record.get(fast[3]), record.get(fast[4])
+                prefix, type_header = fast[0], fast[1]
                 mkey = msg.key()
                 if (type(key) is not str or not key or type(group) is not str or not group
                         or type(version) is not int or mkey is None or mkey != group.encode()
@@ -438,9 +455,12 @@ class Worker:
                 producer.poll(0.05)  # local queue full: let deliveries drain
 
     def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
+        """At-least-once only (exactly-once learns of failures from the commit): the
+        checkpoint then commits no offsets and replays its input instead."""
         if err is not None:
-            # In a transaction this also fails the commit, so the batch is replayed.
             log.error("delivery to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
+            if self._delivery_error is None:
+                self._delivery_error = err
 
     def _dead_letter(self, msg: Any, reason: str, error: str) -> None:
         headers = dead_letter_headers(msg.headers(), msg.topic() or "", msg.partition(), msg.offset(),
@@ -505,8 +525,8 @@ class Worker:
         try:
             commit.wait()
         except KafkaException as exc:
-            if not self.eos:
-                raise  # at-least-once: records not delivered; a restart replays them
+            # Exactly-once: the transaction is aborted. At-least-once: some records were
+            # not delivered, so no offsets are committed. Both replay the input.
             self._abort(exc)
             return
         if not self.eos and offsets:
@@ -554,6 +574,9 @@ class Worker:
         left = producer.flush(30)
         if left:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
+        failed, self._delivery_error = self._delivery_error, None
+        if failed is not None:
+            raise KafkaException(failed)
 
     def _commit_with_retry(self) -> None:
         assert self.producer is not None
@@ -589,7 +612,8 @@ class Worker:
             store.apply(batches.get(p), marker)
 
     def _abort(self, exc: KafkaException) -> None:
-        """Abort the open transaction and replay its input; recover from a fatal producer.
+        """Abort the open transaction (at-least-once: give up the checkpoint) and replay its
+        input; recover from a fatal producer.
 
         A fatal error other than fencing (say INVALID_TXN_STATE after a broker failover)
         gets a new producer with the same transactional id. Being fenced by another
@@ -600,7 +624,8 @@ class Worker:
             log.error("fenced by a newer instance with transactional id of worker %s: %s",
                       self.opts.worker_id, err)
             raise exc
-        log.warning("aborting transaction: %s", err)
+        log.warning("%s, replaying the input since the last checkpoint: %s",
+                    "aborting the transaction" if self.eos else "records not delivered", err)
         producer = self.producer
         assert producer is not None
         fatal = err.fatal()

@@ -97,3 +97,39 @@ def test_guarantees_and_metrics_endpoint(settings: Settings, topics: Any, guaran
     assert "fifolane_commit_latency_seconds" in body and "fifolane_in_flight_groups" in body
     table = read_table(settings)
     assert sorted(table) == sorted(f"reservation/M{i}" for i in range(50))
+
+
+def test_at_least_once_replays_records_the_broker_refused(settings: Settings, topics: Any) -> None:
+    """At-least-once commits no offsets past a record that was not delivered.
+
+    The handler's first output for one event is too large for the output topic, so the
+    broker refuses it (and the rest of its batch). The checkpoint must replay instead of
+    committing: in the end every event's output is there, the big one's retry included.
+    """
+    from fifolane.topics import create_topic
+    from services.worker import App, Event, GroupState
+    from worker_support import consume_all
+
+    out_topic = f"{settings.input_topic}.out"
+    create_topic(settings, out_topic, 1, {"max.message.bytes": "2048"})
+    app = App("alo-replay")
+    calls: dict[str, int] = {}
+
+    @app.handler("reservation", inline=True)
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        calls[event.key] = calls.get(event.key, 0) + 1
+        state.put("reservation", event.value)
+        body = b"x" * (8000 if event.key == "BIG" and calls[event.key] == 1 else 10)
+        state.emit(out_topic, event.key, body)
+
+    events = [_ev(ADD, f"A{i}", 1, flight=f"F{i % 3}") for i in range(20)]
+    events.insert(10, _ev(ADD, "BIG", 1, flight="F1"))
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, guarantee="at-least-once") as w:
+        wait_accounted([w], n)
+        assert w.stats.aborts >= 1, "the refused record must have failed its checkpoint"
+    outputs = {m.key().decode(): m.value() for m in consume_all(settings, out_topic)}
+    assert sorted(outputs) == sorted(["BIG", *(f"A{i}" for i in range(20))])
+    assert outputs["BIG"] == b"x" * 10 and calls["BIG"] >= 2
+    assert sorted(read_table(settings)) == sorted(f"reservation/{k}" for k in outputs)

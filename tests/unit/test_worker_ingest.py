@@ -9,9 +9,11 @@ same counters for any mix of records; these tests run one batch both ways and co
 from __future__ import annotations
 
 from datetime import date
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 
 from fifolane.config import Settings
@@ -99,9 +101,28 @@ def _reservation(rid: str, flight: str, version: int, seats: int = 1) -> dict[st
             "amount": 10.0 * seats, "state": "NEW", "version": version}
 
 
+def _corrupt_reservations(valid: bytes) -> list[bytes]:
+    """Reservation values a field scanner must leave to the decoder (which refuses them)."""
+    header = valid[:10]  # single-object magic + the reservation fingerprint
+    loose = fastavro.parse_schema({"type": "record", "name": "Loose", "fields": [
+        {"name": "reservation_id", "type": "string"}, {"name": "flight_number", "type": "string"},
+        {"name": "customer_id", "type": "bytes"}, {"name": "seats", "type": "int"},
+        {"name": "amount", "type": "double"}, {"name": "state", "type": "int"},
+        {"name": "version", "type": "long"}]}, named_schemas={})
+
+    def body(**changes: Any) -> bytes:
+        out = BytesIO()
+        fastavro.schemaless_writer(out, loose, {**_reservation("R6", "F2", 1), "customer_id": b"c",
+                                                "state": 0, **changes})
+        return header + out.getvalue()
+
+    return [valid[:-1], valid + b"\x00", body(customer_id=b"\xff\xfe"), body(state=9)]
+
+
 def _batch() -> list[FakeMsg]:
     codec = make_codec(Settings(), CATALOG)
     enc = codec.encode
+    corrupt = _corrupt_reservations(enc("reservation", _reservation("R6", "F2", 1)))
     specs: list[tuple[int, bytes | None, bytes | None]] = [
         (0, b"F1", enc("reservation", _reservation("R1", "F1", 1))),
         (0, b"F1", enc("reservation", _reservation("R2", "F1", 1))),
@@ -118,6 +139,7 @@ def _batch() -> list[FakeMsg]:
         (1, b"F2", None),  # null value
         (0, b"F3", enc("flight", {"flight_number": "F3", "origin": "FRA", "destination": "JFK",
                                   "departure": date(2026, 1, 1), "capacity": 3, "version": 1})),
+        *[(1, b"F2", value) for value in corrupt],  # truncated, trailing byte, not UTF-8, enum 9
         (1, b"F2", enc("reservation", _reservation("R3", "F2", 9))),
     ]
     offsets = {0: 100, 1: 200}
@@ -144,6 +166,11 @@ def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False) -
     fast = _worker(tmp_path, "fast", app, fast_sink)
     slow = _worker(tmp_path, "slow", app, slow_sink)
     slow._table_types = {}  # every record takes the general path
+    if not with_sink:
+        # Without a change sink the fast path reads upserts with the codec's field scanner.
+        assert fast._scan is not None
+        scan, fast.scans = fast._scan, []  # type: ignore[attr-defined]
+        fast._scan = lambda value: fast.scans.append(scan(value)) or fast.scans[-1]  # type: ignore[attr-defined]
     fast._ingest_batch(_batch())
     slow._ingest_batch(_batch())
     fast.drain()
@@ -156,18 +183,21 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     assert fast._table_types, "the table-only worker must use the fast path"
     assert _outcome(fast) == _outcome(slow)
     s = fast.stats
-    # 15 records: 7 applied (R1 twice, R2, R3 twice, the delete, the flight), 3 stale, 5 bad
-    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (15, 7, 3, 5)
-    assert dict(s.dead_letter_reasons) == {"missing-group": 2, "unknown-schema": 1, "undecodable": 2}
+    # 19 records: 7 applied (R1 twice, R2, R3 twice, the delete, the flight), 3 stale, 9 bad
+    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (19, 7, 3, 9)
+    assert dict(s.dead_letter_reasons) == {"missing-group": 2, "unknown-schema": 1, "undecodable": 6}
     state = [(key, value, part, dict(h)) for topic, value, key, part, h in fast.producer.records
              if topic == "state"]
     assert [k for k, *_ in state] == [b"reservation/R1", b"reservation/R2", b"reservation/R3",
                                       b"reservation/R1", b"reservation/R2", b"flight/F3", b"reservation/R3"]
     assert state[3][3] == {"fifolane.type": b"reservation", "fifolane.group": b"F1", "fifolane.version": b"2"}
     assert state[4][1] is None and state[4][3]["fifolane.version"] == b"7"  # tombstone keeps its version
-    assert fast._next_offsets == {0: 107, 1: 208}
+    assert fast._next_offsets == {0: 107, 1: 212}
     assert fast._txn_start == {0: 100, 1: 200}
     assert fast.producer.transactions == 1
+    # the scanner answered for the 10 well-formed reservation upserts (R4 and R5 then fail the
+    # key checks), and left the rest (the delete, the flight with its date, bad bytes) to decode
+    assert sum(found is not None for found in fast.scans) == 10
 
 
 def test_fast_path_tells_change_sinks_the_same(tmp_path: Path) -> None:
