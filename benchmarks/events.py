@@ -66,10 +66,10 @@ def produce_raw(settings: Settings, topic: str, items: Iterator[tuple[bytes, byt
         partition, headers = extra if extra is not None else (-1, None)
         while True:
             try:
-                if partition >= 0:
+                if headers is not None:
                     producer.produce(topic, value, key, partition, headers=headers)
                 else:
-                    producer.produce(topic, value, key)
+                    producer.produce(topic, value, key, partition)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -104,7 +104,9 @@ def produce_json(settings: Settings, evs: Iterator[Event], topic: str,
 
 def produce_state(settings: Settings, evs: Iterator[Event], partitions: int,
                   on_progress: Callable[[int], None] | None = None) -> int:
-    """Entities written straight to the state topic as a worker would (restore input).
+    """Entities written straight to the state topic as a worker would (restore input):
+    upserts without headers (docs/formats.md), so a restore reads version and group from
+    the values.
 
     Partition = the group's hash as the default partitioner would place the input record;
     any fixed mapping will do for a restore, which reads every partition it is assigned.
@@ -112,10 +114,8 @@ def produce_state(settings: Settings, evs: Iterator[Event], partitions: int,
     codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
 
     def items() -> Iterator[tuple[bytes, bytes | None, Any]]:
-        for g, k, v, rec in evs:
-            headers = [("fifolane.type", b"reservation"), ("fifolane.group", g.encode()),
-                       ("fifolane.version", str(v).encode())]
+        for g, k, _v, rec in evs:
             yield f"reservation/{k}".encode(), codec.encode("reservation", rec), \
-                (zlib.crc32(g.encode()) % partitions, headers)
+                (zlib.crc32(g.encode()) % partitions, None)
 
     return produce_raw(settings, settings.state_topic, items(), on_progress)

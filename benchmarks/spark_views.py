@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from fifolane.config import PROJECT_ROOT, Settings  # noqa: E402
 from fifolane.serde import SchemaCatalog, SingleObjectCodec  # noqa: E402
+from fifolane.serde.state_records import state_headers  # noqa: E402
 from fifolane.topics import ensure_topics  # noqa: E402
 
 STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED")
@@ -60,9 +61,8 @@ def populate(settings: Settings, catalog: SchemaCatalog, entities: int, seed: in
             if sent:
                 producer.commit_transaction(120)
             producer.begin_transaction()
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("fifolane.type", type_name), ("fifolane.group", group), ("fifolane.version", str(version)),
-        ]
+        # as a worker writes them: headers on tombstones only (docs/formats.md)
+        headers = None if value is not None else state_headers(type_name.encode(), group.encode(), version)
         while True:
             try:
                 producer.produce(settings.state_topic, key=f"{type_name}/{key}", value=value,

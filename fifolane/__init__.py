@@ -9,4 +9,4 @@ from fifolane.config import Settings, load_settings
 from fifolane.errors import FifolaneError
 
 __all__ = ["FifolaneError", "Settings", "load_settings"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     registry_topic: str = "fifolane.listeners"
     dlq_topic: str = "fifolane.dlq"
     listener_output_topic: str = "fifolane.notifications"
+    state_headers: bool = Field(
+        default=False,
+        description="Also put fifolane.type/group/version headers on state-topic upserts "
+        "(tombstones always carry them; upserts have group and version in the value).",
+    )
     partitions: int = Field(default=6, ge=1)
     replication_factor: int = Field(default=1, ge=1)
 

@@ -5,6 +5,7 @@
     ├── SchemaError            bad .avsc declaration (group/key/version attributes)
     │   └── UnknownSchemaError no writer schema for a fingerprint / id
     ├── SerializationError     a value does not fit its schema / undecodable bytes
+    │   └── SchemaRegistryError the Schema Registry failed or refused (often transient)
     ├── ValidationError        a JSON event line that does not validate
     ├── TopicConfigError       an existing topic has a config fifolane cannot work with
     ├── ClusterError           the local Apache Kafka could not start / stop
@@ -23,6 +24,7 @@ __all__ = [
     "FifolaneError",
     "ListenerError",
     "SchemaError",
+    "SchemaRegistryError",
     "SerializationError",
     "TopicConfigError",
     "UnknownSchemaError",
@@ -48,6 +50,10 @@ class UnknownSchemaError(SchemaError):
 
 class SerializationError(FifolaneError):
     """A value could not be encoded, or bytes could not be decoded."""
+
+
+class SchemaRegistryError(SerializationError):
+    """The Schema Registry could not be reached or refused a request (often transient)."""
 
 
 class ValidationError(FifolaneError):

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 RAW_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 #: Columns of :func:`read_state`: one row per live entity.
 STATE_COLUMNS = (
-    "type", "entity_key", "key", "group", "partition", "offset", "timestamp", "writer", "body",
+    "type", "entity_key", "key", "partition", "offset", "timestamp", "writer", "body",
 )
 
 # librdkafka keys that mean the same thing to the Java client Spark uses.
@@ -128,15 +128,15 @@ def read_state(
     identifies the writer schema (:mod:`spark.wire`); ``body`` is the Avro binary body.
     """
     raw = read_topic(spark, settings, settings.state_topic, ending_offsets=ending_offsets)
-    # Only the group header is used: extract it before the shuffle instead of carrying the array.
-    raw = raw.select(*RAW_COLUMNS[:-1], header(F.col("headers"), "fifolane.group").alias("group"))
-    latest = latest_per_key(raw, keep=("timestamp", "value", "group"))
+    # Headers are not needed (an entity's group is a field of its value): not carried
+    # through the shuffle.
+    raw = raw.select(*RAW_COLUMNS[:-1])
+    latest = latest_per_key(raw, keep=("timestamp", "value"))
     type_ = F.substring_index("key", "/", 1)
     return latest.select(
         type_.alias("type"),
         F.expr("substring(key, length(substring_index(key, '/', 1)) + 2)").alias("entity_key"),
         "key",
-        "group",
         "partition",
         "offset",
         "timestamp",

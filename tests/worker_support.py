@@ -18,6 +18,7 @@ from kafka_fixtures import consume_all, wait_until
 
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.testing.records import table_from
 from services.worker import App, WorkerOptions
 from services.worker.runtime import Worker
 
@@ -61,13 +62,8 @@ def send_events(settings: Settings, events: Iterable[tuple[str, dict[str, Any], 
 def read_table(settings: Settings) -> dict[str, tuple[int, dict[str, Any] | None]]:
     """The committed state topic as a table: key -> (version, record or None if deleted)."""
     codec = make_codec(settings, CATALOG)
-    table: dict[str, tuple[int, dict[str, Any] | None]] = {}
-    for msg in consume_all(settings, settings.state_topic):
-        headers = dict(msg.headers() or ())
-        version = int(headers["fifolane.version"])
-        value = msg.value()
-        table[msg.key().decode()] = (version, None if value is None else codec.decode(value).record)
-    return table
+    return {key: (entry.version, entry.value)
+            for key, entry in table_from(consume_all(settings, settings.state_topic), codec).items()}
 
 
 def read_dlq(settings: Settings) -> list[dict[str, Any]]:

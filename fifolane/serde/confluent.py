@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from fifolane.errors import SerializationError, UnknownSchemaError
+from fifolane.errors import SchemaRegistryError, SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import DELETE_SCHEMA_NAME, SchemaCatalog, WriterSchema
 from fifolane.serde.codec import _DELETE, AvroCodec, Decoded, Scan, _write
 from fifolane.serde.entity import EntityType
@@ -26,10 +26,6 @@ __all__ = ["CONFLUENT_MAGIC", "ConfluentCodec", "RegistryClient", "SchemaRegistr
 CONFLUENT_MAGIC = 0
 _HEADER = 5  # magic (1) + schema id (4)
 _CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-
-
-class SchemaRegistryError(SerializationError):
-    """The Schema Registry could not be reached or refused a request (often transient)."""
 
 
 class RegistryClient:

@@ -71,13 +71,26 @@ def _returnable(kind: tuple[int, Any]) -> bool:
 
 def compile_scanner(schema: dict[str, Any], wanted: Sequence[str]) -> Scanner | None:
     """A scanner for records of the fastavro-parsed ``schema`` that returns the values of
-    the top-level fields ``wanted``; None if the schema is not flat enough or lacks one."""
+    the top-level fields ``wanted`` (a name may be asked for twice, say a key that is also
+    the group); None if the schema is not flat enough or lacks one of them."""
     if schema.get("type") != "record":
         return None
     fields = schema.get("fields") or []
     names = [f.get("name") for f in fields]
     if any(w not in names for w in wanted):
         return None
+    unique = list(dict.fromkeys(wanted))
+    if len(unique) < len(wanted):
+        inner = compile_scanner(schema, unique)
+        if inner is None:
+            return None
+        positions = [unique.index(w) for w in wanted]
+
+        def scan_repeated(data: bytes, pos: int) -> list[Any] | None:
+            values = inner(data, pos)
+            return None if values is None else [values[i] for i in positions]
+
+        return scan_repeated
     ops: list[tuple[int, Any, int]] = []
     for field in fields:
         kind = _kind(field.get("type"))

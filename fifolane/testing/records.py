@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from fifolane.serde.state_records import StateRecordReader
 from fifolane.testing.model import Effect, Notification, TableEntry
 
 __all__ = ["effects_from", "notifications_from", "table_from"]
@@ -21,10 +22,6 @@ class _Message(Protocol):
     def partition(self) -> int | None: ...
     def offset(self) -> int | None: ...
     def headers(self) -> list[tuple[str, bytes]] | None: ...
-
-
-class _Decoder(Protocol):
-    def decode(self, data: bytes) -> Any: ...
 
 
 def _or_minus_one(n: int | None) -> int:
@@ -42,22 +39,22 @@ def effects_from(messages: Iterable[_Message]) -> list[Effect]:
     return out
 
 
-def table_from(messages: Iterable[_Message], codec: _Decoder | None = None) -> dict[str, TableEntry]:
-    """The committed state topic as a table (last record per key wins).
+def table_from(messages: Iterable[_Message], codec: Any) -> dict[str, TableEntry]:
+    """The committed state topic as a table (last record per key wins), values decoded.
 
-    With ``codec`` values are decoded (for content checks); without, a present entity's
-    value is ``{}``.
+    Versions come from the tombstones' headers and the upserts' values (or their headers,
+    if written with them): :mod:`fifolane.serde.state_records`.
     """
+    read = StateRecordReader(codec).read
     table: dict[str, TableEntry] = {}
     for m in messages:
         key = (m.key() or b"").decode()
-        headers = dict(m.headers() or ())
-        version = int(headers["fifolane.version"])
         raw = m.value()
-        value: Any = None
-        if raw is not None:
-            value = codec.decode(raw).record if codec is not None else {}
-        table[key] = TableEntry(version, value)
+        found = read(raw, m.headers())
+        if found is None:
+            raise ValueError(f"state record {key!r} at offset {m.offset()} has no version in its "
+                             "headers or value: not written by a fifolane worker")
+        table[key] = TableEntry(found.version, None if raw is None else codec.decode(raw).record)
     return table
 
 

@@ -37,7 +37,7 @@ class Rebalance:
         conf = w.settings.kafka_config()
         for tp in partitions:
             # Before any event of the partition: its table must be the committed one.
-            restore_partition(conf, w.settings.state_topic, tp.partition, w.stores, w.stats,
+            restore_partition(conf, w.settings.state_topic, tp.partition, w.stores, w.stats, w.codec,
                               wait_open_txn_s=w.opts.transaction_timeout_ms / 1000 * 2)
             w._assigned.add(tp.partition)
         w.stats.assigned = sorted(w._assigned)

@@ -9,6 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from fifolane.serde.state_records import StateRecordReader
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, Row, StoreManager
 
@@ -17,28 +18,18 @@ __all__ = ["restore_partition"]
 log = logging.getLogger(__name__)
 
 
-def _row_from(msg: Any) -> Row | None:
-    version = group = None
-    for name, value in msg.headers() or ():
-        if name == "fifolane.version":
-            version = value
-        elif name == "fifolane.group":
-            group = value
-    if version is None or group is None:
-        return None  # not written by a fifolane worker; nothing to remember
-    data = msg.value()
-    return Row(int(version), data is None, group.decode(), data)
-
-
 def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, stores: StoreManager,
-                      stats: Stats, batch: int = 20_000,
+                      stats: Stats, codec: Any, batch: int = 20_000,
                       wait_open_txn_s: float = 30.0) -> PartitionStore:
     """Bring the local store of ``partition`` up to the committed end of its changelog.
 
     Replays from the offset stored with the local state (0 for a new store). A store whose
     offset lies before the log start (data deleted by retention) is wiped and rebuilt.
     Only committed records are read, so no half-written transaction reaches the table.
+    Versions and groups come from the tombstones' headers and the upserts' values
+    (``codec``), see :mod:`fifolane.serde.state_records`.
     """
+    read = StateRecordReader(codec).read
     store = stores.open(partition)
     conf = {
         **kafka_conf,
@@ -86,9 +77,11 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
                         continue
                     raise RuntimeError(f"restore of {topic}[{partition}] failed: {err}")
                 next_offset = msg.offset() + 1
-                row = _row_from(msg)
-                if row is not None:
-                    rows.append((msg.key(), row))
+                value = msg.value()
+                found = read(value, msg.headers())
+                if found is not None:  # else not written by a fifolane worker: nothing to keep
+                    version, group, deleted = found
+                    rows.append((msg.key(), Row(version, deleted, group, None if deleted else value)))
             if eof or len(msgs) < batch:
                 pos = consumer.position([tp])[0].offset
                 if pos >= 0:

@@ -5,9 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from worker_support import WorkerThread, read_table, reservation, send_events, wait_accounted
+from worker_support import (
+    WorkerThread,
+    consume_all,
+    read_table,
+    reservation,
+    send_events,
+    wait_accounted,
+)
 
 from fifolane.config import Settings
+from fifolane.topics import create_topic
+from services.worker import App, Event, GroupState
 
 pytestmark = pytest.mark.integration
 
@@ -106,10 +115,6 @@ def test_at_least_once_replays_records_the_broker_refused(settings: Settings, to
     broker refuses it (and the rest of its batch). The checkpoint must replay instead of
     committing: in the end every event's output is there, the big one's retry included.
     """
-    from fifolane.topics import create_topic
-    from services.worker import App, Event, GroupState
-    from worker_support import consume_all
-
     out_topic = f"{settings.input_topic}.out"
     create_topic(settings, out_topic, 1, {"max.message.bytes": "2048"})
     app = App("alo-replay")

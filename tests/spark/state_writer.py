@@ -22,6 +22,7 @@ from fifolane.serde import SchemaCatalog
 from fifolane.serde.catalog import schema_fingerprint
 from fifolane.serde.codec import SINGLE_OBJECT_MAGIC, Codec, SingleObjectCodec
 from fifolane.serde.fingerprint import fingerprint_bytes
+from fifolane.serde.state_records import state_headers
 
 __all__ = ["StateWriter", "flight", "reservation"]
 
@@ -50,12 +51,11 @@ class StateWriter:
 
     def _send(self, type_name: str, key: str, group: str, version: int, value: bytes | None,
               timestamp_ms: int | None) -> None:
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("fifolane.type", type_name.encode()),
-            ("fifolane.group", group.encode()),
-            ("fifolane.version", str(version).encode()),
-        ]
         kwargs: dict[str, Any] = {"timestamp": timestamp_ms} if timestamp_ms is not None else {}
+        # As a worker writes them: headers on tombstones only (upserts carry group and
+        # version in their value), unless the settings ask for headers on upserts too.
+        headers = (state_headers(type_name.encode(), group.encode(), version)
+                   if value is None or self.settings.state_headers else None)
         self.producer.produce(
             self.topic, key=f"{type_name}/{key}".encode(), value=value,
             partition=self._partition(group), headers=headers, **kwargs,

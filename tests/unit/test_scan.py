@@ -113,6 +113,14 @@ def test_scanner_declines_schemas_that_are_not_flat(field_type: Any) -> None:
     assert compile_scanner(schema, ("id",)) is None
 
 
+def test_a_field_asked_for_twice_is_returned_twice() -> None:
+    """A type whose key is also its group (flight_load: flight_number)."""
+    scan = compile_scanner(SCHEMA, ("group", "group", "version"))
+    assert scan is not None
+    record = _record(random.Random(3))
+    assert scan(_encode(record), 0) == [record["group"], record["group"], record["version"]]
+
+
 def test_scanner_declines_missing_or_unreturnable_fields() -> None:
     assert compile_scanner(SCHEMA, ("id", "no_such_field")) is None
     assert compile_scanner(SCHEMA, ("d",)) is None  # floats are skipped, never returned

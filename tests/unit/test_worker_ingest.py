@@ -82,12 +82,14 @@ class RecordingSink:
                              None if old is None else old.version, new.version, record))
 
 
-def _settings(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq")
+def _settings(tmp_path: Path, state_headers: bool = False) -> Settings:
+    return Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
+                    state_headers=state_headers)
 
 
-def _worker(tmp_path: Path, name: str, app: App | None = None, sink: Any = None) -> Worker:
-    w = Worker(_settings(tmp_path), app, WorkerOptions(worker_id="w1", state_dir=tmp_path / name),
+def _worker(tmp_path: Path, name: str, app: App | None = None, sink: Any = None,
+            state_headers: bool = False) -> Worker:
+    w = Worker(_settings(tmp_path, state_headers), app, WorkerOptions(worker_id="w1", state_dir=tmp_path / name),
                catalog=CATALOG, listeners=sink)
     w.producer = FakeProducer()  # type: ignore[assignment]
     for p in (0, 1):
@@ -161,10 +163,11 @@ def _outcome(w: Worker) -> dict[str, Any]:
     }
 
 
-def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False) -> tuple[Any, Any, Any, Any]:
+def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False,
+              state_headers: bool = False) -> tuple[Any, Any, Any, Any]:
     fast_sink, slow_sink = (RecordingSink(), RecordingSink()) if with_sink else (None, None)
-    fast = _worker(tmp_path, "fast", app, fast_sink)
-    slow = _worker(tmp_path, "slow", app, slow_sink)
+    fast = _worker(tmp_path, "fast", app, fast_sink, state_headers)
+    slow = _worker(tmp_path, "slow", app, slow_sink, state_headers)
     slow._table_types = {}  # every record takes the general path
     if not with_sink:
         # Without a change sink the fast path reads upserts with the codec's field scanner.
@@ -178,8 +181,9 @@ def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False) -
     return fast, slow, fast_sink, slow_sink
 
 
-def test_fast_path_equals_general_path(tmp_path: Path) -> None:
-    fast, slow, _, _ = _run_both(tmp_path)
+@pytest.mark.parametrize("state_headers", [False, True])
+def test_fast_path_equals_general_path(tmp_path: Path, state_headers: bool) -> None:
+    fast, slow, _, _ = _run_both(tmp_path, state_headers=state_headers)
     assert fast._table_types, "the table-only worker must use the fast path"
     assert _outcome(fast) == _outcome(slow)
     s = fast.stats
@@ -190,8 +194,15 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
              if topic == "state"]
     assert [k for k, *_ in state] == [b"reservation/R1", b"reservation/R2", b"reservation/R3",
                                       b"reservation/R1", b"reservation/R2", b"flight/F3", b"reservation/R3"]
-    assert state[3][3] == {"fifolane.type": b"reservation", "fifolane.group": b"F1", "fifolane.version": b"2"}
-    assert state[4][1] is None and state[4][3]["fifolane.version"] == b"7"  # tombstone keeps its version
+    tombstone_headers = {"fifolane.type": b"reservation", "fifolane.group": b"F1", "fifolane.version": b"7"}
+    assert state[4][1] is None and state[4][3] == tombstone_headers  # a tombstone keeps its version
+    # upserts carry group and version in their value; headers only if the settings ask
+    upsert_headers = [h for i, (_k, _v, _p, h) in enumerate(state) if i != 4]
+    if state_headers:
+        assert state[3][3] == {"fifolane.type": b"reservation", "fifolane.group": b"F1", "fifolane.version": b"2"}
+        assert state[5][3] == {"fifolane.type": b"flight", "fifolane.group": b"F3", "fifolane.version": b"1"}
+    else:
+        assert upsert_headers == [{}] * 6
     assert fast._next_offsets == {0: 107, 1: 212}
     assert fast._txn_start == {0: 100, 1: 200}
     assert fast.producer.transactions == 1
@@ -239,8 +250,8 @@ def test_busy_group_keeps_arrival_order(tmp_path: Path) -> None:
     w._ingest_batch([later])
     assert w.sched.queued == 2  # queued behind the F1 event, not applied inline
     w.drain()
-    keys = [(k, dict(h)["fifolane.version"]) for t, _v, k, _p, h in w.producer.records if t == "state"]
-    assert keys == [(b"reservation/R1", b"1"), (b"reservation/R9", b"1"), (b"reservation/R1", b"2")]
+    keys = [(k, codec.decode(v).version) for t, v, k, _p, _h in w.producer.records if t == "state"]
+    assert keys == [(b"reservation/R1", 1), (b"reservation/R9", 1), (b"reservation/R1", 2)]
 
 
 def test_store_without_group_index(tmp_path: Path) -> None:
@@ -348,8 +359,8 @@ def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path) -> N
         assert _outcome(fast) == _outcome(slow)
         # R1 v3 applies, R3 v9 is a duplicate of the persisted v9, R3 v10 applies, R2 v8 is
         # newer than the persisted delete (v7) and applies
-        assert [(k, dict(h)["fifolane.version"]) for _t, _v, k, _p, h in fast.producer.records] == [
-            (b"reservation/R1", b"3"), (b"reservation/R3", b"10"), (b"reservation/R2", b"8")]
+        assert [(k, codec.decode(v).version) for _t, v, k, _p, _h in fast.producer.records] == [
+            (b"reservation/R1", 3), (b"reservation/R3", 10), (b"reservation/R2", 8)]
         if with_sink:
             assert sinks[0] is not None and sinks[1] is not None
             assert sinks[0].changes == sinks[1].changes
