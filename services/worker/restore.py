@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.metrics import Stats
-from services.worker.state import PartitionStore, Row, StoreManager
+from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
 __all__ = ["restore_partition"]
 
@@ -29,7 +29,8 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
     Versions and groups come from the tombstones' headers and the upserts' values
     (``codec``), see :mod:`fifolane.serde.state_records`.
     """
-    read = StateRecordReader(codec).read
+    reader = StateRecordReader(codec)
+    read, scan = reader.read, reader.scan
     store = stores.open(partition)
     conf = {
         **kafka_conf,
@@ -40,6 +41,10 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         "auto.offset.reset": "earliest",
         "fetch.max.bytes": 64 << 20,
         "max.partition.fetch.bytes": 16 << 20,
+        # At the end of a transactional changelog (its last offsets are commit markers, never
+        # delivered) the end-of-partition event comes with an empty fetch: do not let the
+        # broker hold that one for the default 500 ms.
+        "fetch.wait.max.ms": 20,
     }
     consumer = Consumer(conf)
     try:
@@ -60,14 +65,20 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         consumer.assign([TopicPartition(topic, partition, start)])
         next_offset = start
         fresh = start == low and store.is_empty()
+        # Without a group index the group of an upsert is not needed now: keep values raw.
+        raw = not store.group_index and store.read_value is not None
         # ``high`` counts records of transactions still open (say, of a worker that was
         # killed): keep reading until the position passes it, so a transaction that the
         # coordinator still commits is not missed. Bounded by the transaction timeout.
         deadline = time.monotonic() + wait_open_txn_s
         at_end = False
         while not at_end:
-            rows: list[tuple[bytes, Row]] = []
-            msgs: list[Any] = consumer.consume(batch, timeout=0.5)
+            rows: list[RestoredRow] = []
+            append = rows.append
+            # consume() returns when it has that many records or at the timeout: do not ask
+            # for more than are left (a transactional changelog has fewer, since commit
+            # markers take offsets too; then the timeout ends the last batch).
+            msgs: list[Any] = consumer.consume(max(1, min(batch, high - next_offset)), timeout=0.1)
             eof = False
             for msg in msgs:
                 err = msg.error()
@@ -78,11 +89,22 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
                     raise RuntimeError(f"restore of {topic}[{partition}] failed: {err}")
                 next_offset = msg.offset() + 1
                 value = msg.value()
-                found = read(value, msg.headers())
-                if found is not None:  # else not written by a fifolane worker: nothing to keep
-                    version, group, deleted = found
-                    rows.append((msg.key(), Row(version, deleted, group, None if deleted else value)))
-            if eof or len(msgs) < batch:
+                if raw and value is not None:
+                    append((msg.key(), None, False, "", value))  # read on first use
+                    continue
+                # The common record, an upsert of a flat entity, inline; the reader does the rest.
+                found = scan(value) if value is not None else None
+                if found is not None:
+                    _key, group, version = found[1]
+                    if type(group) is str and type(version) is int:
+                        append((msg.key(), version, False, group, value))
+                        continue
+                state = read(value, msg.headers())
+                if state is not None:  # else not written by a fifolane worker: nothing to keep
+                    append((msg.key(), state.version, state.deleted, state.group, None if state.deleted else value))
+            if next_offset >= high:
+                at_end = True  # the last record is in: no need to wait for the end-of-partition event
+            elif eof or len(msgs) < batch:
                 pos = consumer.position([tp])[0].offset
                 if pos >= 0:
                     next_offset = max(next_offset, pos)

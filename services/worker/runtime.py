@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from fifolane.config import Settings
 from fifolane.serde import Decoded, SchemaCatalog, make_codec
-from fifolane.serde.state_records import state_headers
+from fifolane.serde.state_records import StateRecordReader, state_headers
 from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
 from services.worker.calls import HandlerCalls, Result
 from services.worker.clients import consumer_config, producer_config
@@ -39,7 +39,7 @@ from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
-from services.worker.state import ROW_VERSION, PartitionStore, Row, StoreManager
+from services.worker.state import RAW_VERSION, ROW_VERSION, PartitionStore, Row, StoreManager
 from services.worker.txn import Background, guarded
 
 __all__ = ["Worker", "load_app"]
@@ -67,7 +67,14 @@ class Worker:
         self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency)
         state_dir = self.opts.state_dir or settings.home / "state" / self.opts.worker_id
         # Only app handlers read groups (GroupState.scan): a table-only worker keeps no index.
-        self.stores = StoreManager(Path(state_dir), self.group_id, group_index=bool(self.app.types))
+        reader = StateRecordReader(self.codec)
+
+        def read_value(value: bytes) -> tuple[int, str] | None:
+            found = reader.read(value, None)
+            return None if found is None else (found.version, found.group)
+
+        self.stores = StoreManager(Path(state_dir), self.group_id, group_index=bool(self.app.types),
+                                   read_value=read_value)
         self.listeners = listeners  # optional change sink (cluster listeners)
         self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff,
                                   self.codec, self.catalog)
@@ -214,7 +221,7 @@ class Worker:
         queued_groups = self.sched.queues
         # per partition: its overlay, RocksDB getter and store (None: keeps a group index,
         # so writes go through PartitionStore.put)
-        parts = {p: (st.overlay, st.db.get, None if st.group_index else st.overlay)
+        parts = {p: (st.overlay, st.db.get, None if st.group_index else st.overlay, st.unpack)
                  for p, st in self.stores.stores.items()}
         stores = self.stores.stores
         producer = self.producer
@@ -224,10 +231,10 @@ class Worker:
         with_headers = self.settings.state_headers
         listeners = self.listeners
         stats = self.stats
-        unpack, row_version = Row.unpack, ROW_VERSION.unpack_from
+        row_version = ROW_VERSION.unpack_from
         # The previous row itself (not just its version) is needed by change sinks and by
         # stores that keep a group index.
-        need_old = listeners is not None or not all(plain is not None for _o, _g, plain in parts.values())
+        need_old = listeners is not None or not all(part[2] is not None for part in parts.values())
         consumed = processed = superseded = 0
         try:
             for msg in msgs:
@@ -277,7 +284,7 @@ class Worker:
                 consumed += 1
                 # -- the table handler, as in _apply_table / _write
                 ekey = prefix + key.encode()
-                overlay, db_get, plain = parts[p]
+                overlay, db_get, plain, unpack = parts[p]
                 old = overlay.get(ekey)  # inlined PartitionStore.get
                 if old is not None:
                     if version <= old.version:
@@ -286,11 +293,13 @@ class Worker:
                 else:
                     data = db_get(b"e:" + ekey)
                     if data is not None:
-                        if version <= row_version(data)[0]:
+                        stored = row_version(data)[0]
+                        if stored == RAW_VERSION or need_old:  # a raw row is read on first use
+                            old = unpack(data)
+                            stored = old.version if old is not None else None
+                        if stored is not None and version <= stored:
                             superseded += 1
                             continue
-                        if need_old:
-                            old = unpack(data)
                 new = Row(version, False, group, value)
                 if plain is not None:
                     plain[ekey] = new  # PartitionStore.put without a group index

@@ -3,6 +3,7 @@
 Layout of one partition's RocksDB (raw bytes keys):
 
     e:<type>/<key>            -> row: version (i64) | flags (u8) | len(group) (u16) | group | value
+                                 or a raw row: RAW_VERSION | RAW flag | 0 | value
     i:<group>\\x00<type>/<key> -> b""      (group index, for GroupState.scan)
     m:changelog               -> next state-topic offset already reflected here (i64)
     m:group-index             -> b"1" if the group index is kept, b"0" if not
@@ -15,6 +16,11 @@ Writes of the current checkpoint live in an in-memory overlay and reach RocksDB 
 WriteBatch only after the Kafka transaction that carries them has committed. RocksDB is
 therefore never ahead of the changelog, and a crash needs no local undo: the restore on
 assignment replays the changelog from the stored offset.
+
+A restore of a store without a group index writes raw rows: the value as the changelog has
+it, version and group not read yet (reading them is most of a restore's time per record).
+They are read from the value the first time the row is read (:meth:`PartitionStore.unpack`),
+which most rows of a large table never are before their next write.
 """
 
 from __future__ import annotations
@@ -22,13 +28,13 @@ from __future__ import annotations
 import logging
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-__all__ = ["ROW_VERSION", "PartitionStore", "Row", "StoreManager"]
+__all__ = ["RAW_VERSION", "ROW_VERSION", "PartitionStore", "RestoredRow", "Row", "StoreManager", "ValueReader"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,14 @@ _ROW = struct.Struct(">qBH")
 ROW_VERSION = struct.Struct(">q")
 _OFFSET = struct.Struct(">q")
 _FLAG_DELETED = 1
+_FLAG_RAW = 2
+#: The version field of a raw row (see the module docstring): check for it before using the
+#: version of a packed row, and read the row with PartitionStore.unpack.
+RAW_VERSION = -(2**63)
+_RAW_HEADER = _ROW.pack(RAW_VERSION, _FLAG_RAW, 0)
+
+#: ``value -> (version, group)`` of an entity value, or None if it is not one.
+ValueReader = Callable[[bytes], "tuple[int, str] | None"]
 _META_CHANGELOG = b"m:changelog"
 _META_GROUP_INDEX = b"m:group-index"
 
@@ -56,11 +70,19 @@ class Row:
 
     @staticmethod
     def unpack(data: bytes) -> Row:
+        """A packed row (not a raw one: see :meth:`PartitionStore.unpack`)."""
         version, flags, glen = _ROW.unpack_from(data)
+        if flags & _FLAG_RAW:
+            raise ValueError("a raw row: read it with PartitionStore.unpack")
         start = _ROW.size
         group = data[start : start + glen].decode()
         deleted = bool(flags & _FLAG_DELETED)
         return Row(version, deleted, group, None if deleted else data[start + glen :])
+
+
+#: A changelog record for :meth:`PartitionStore.restore_batch`: entity key, version, deleted,
+#: group, value (None when deleted); version None: keep it as a raw row.
+RestoredRow = tuple[bytes, "int | None", bool, str, "bytes | None"]
 
 
 def _index_key(group: str, ekey: bytes) -> bytes:
@@ -70,8 +92,10 @@ def _index_key(group: str, ekey: bytes) -> bytes:
 class PartitionStore:
     """The state of one input partition: committed rows in RocksDB plus pending ones."""
 
-    def __init__(self, db: Rdict, partition: int, path: Path, group_index: bool = True) -> None:
+    def __init__(self, db: Rdict, partition: int, path: Path, group_index: bool = True,
+                 read_value: ValueReader | None = None) -> None:
         self.db = db
+        self.read_value = read_value  # None: raw rows cannot be read, so none are written
         self.partition = partition
         self.path = path
         self.group_index = group_index
@@ -88,7 +112,19 @@ class PartitionStore:
         if row is not None:
             return row
         data = self.db.get(b"e:" + ekey)
-        return None if data is None else Row.unpack(data)
+        return None if data is None else self.unpack(data)
+
+    def unpack(self, data: bytes) -> Row | None:
+        """A stored row; a raw one is read from its value now (None if that fails: the
+        changelog record was not an entity value, and a restore skips those)."""
+        if data[8] & _FLAG_RAW:  # the flags byte
+            value = data[_ROW.size:]
+            found = self.read_value(value) if self.read_value is not None else None
+            if found is None:
+                log.warning("partition %d: a restored record is not an entity value; ignored", self.partition)
+                return None
+            return Row(found[0], False, found[1], value)
+        return Row.unpack(data)
 
     def is_empty(self) -> bool:
         it = self.db.iter()
@@ -97,7 +133,8 @@ class PartitionStore:
 
     def committed_version(self, ekey: bytes) -> int | None:
         data = self.db.get(b"e:" + ekey)
-        return None if data is None else _ROW.unpack_from(data)[0]
+        row = None if data is None else self.unpack(data)
+        return None if row is None else row.version
 
     def scan_group(self, group: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Row]]:
         """Live (not deleted) entities of a group, optionally of keys starting with prefix."""
@@ -131,8 +168,8 @@ class PartitionStore:
             k = it.key()
             if not k.startswith(b"e:"):
                 break
-            row = Row.unpack(it.value())
-            if not row.deleted:
+            row = self.unpack(it.value())
+            if row is not None and not row.deleted:
                 yield k[2:], row
             it.next()
 
@@ -203,24 +240,35 @@ class PartitionStore:
         data = self.db.get(_META_CHANGELOG)
         return 0 if data is None else _OFFSET.unpack(data)[0]
 
-    def restore_batch(self, rows: list[tuple[bytes, Row]], next_offset: int, *, fresh: bool = False) -> None:
+    def restore_batch(self, rows: list[RestoredRow], next_offset: int, *, fresh: bool = False) -> None:
         """Apply changelog records directly (restore runs before any processing).
 
+        ``rows`` are ``(entity key, version, deleted, group, value)``, packed here without a
+        :class:`Row` in between (a restore writes every entity of the partition).
         ``fresh``: the store started empty, so there is no earlier group index to clean up.
         """
         wb = WriteBatch(raw_mode=True)
         put = wb.put
+        pack = _ROW.pack
         index = self.group_index
-        for ekey, row in rows:
+        for ekey, version, deleted, group, value in rows:
+            if version is None:
+                assert not index and self.read_value is not None, "raw rows need a value reader, no index"
+                put(b"e:" + ekey, _RAW_HEADER + value)  # type: ignore[operator]
+                continue
+            g = group.encode()
             if index and not fresh:
                 old = self.db.get(b"e:" + ekey)
                 if old is not None:
-                    old_group = Row.unpack(old).group
-                    if old_group != row.group:
-                        wb.delete(_index_key(old_group, ekey))
-            put(b"e:" + ekey, row.pack())
+                    old_row = self.unpack(old)
+                    if old_row is not None and old_row.group != group:
+                        wb.delete(_index_key(old_row.group, ekey))
+            if deleted:
+                put(b"e:" + ekey, pack(version, _FLAG_DELETED, len(g)) + g)
+            else:
+                put(b"e:" + ekey, pack(version, 0, len(g)) + g + value)  # type: ignore[operator]
             if index:
-                put(_index_key(row.group, ekey), b"")
+                put(_index_key(group, ekey), b"")
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
         self.db.write(wb)
 
@@ -230,9 +278,10 @@ class StoreManager:
     write-buffer budget, so memory stays bounded however many partitions a worker owns."""
 
     def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64,
-                 group_index: bool = True) -> None:
+                 group_index: bool = True, read_value: ValueReader | None = None) -> None:
         self.root = state_dir / name
         self.group_index = group_index
+        self.read_value = read_value
         self.root.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(cache_mb << 20)
         self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(
@@ -259,7 +308,7 @@ class StoreManager:
             path = self.root / f"p{partition}"
             db = Rdict(str(path), self._options())
             want = b"1" if self.group_index else b"0"
-            store = PartitionStore(db, partition, path, self.group_index)
+            store = PartitionStore(db, partition, path, self.group_index, self.read_value)
             # Stores written before the flag existed always kept the index.
             kept = db.get(_META_GROUP_INDEX) or (want if store.is_empty() else b"1")
             if kept != want and self.group_index:
@@ -267,7 +316,7 @@ class StoreManager:
                 db.close()
                 shutil.rmtree(path, ignore_errors=True)
                 db = Rdict(str(path), self._options())
-                store = PartitionStore(db, partition, path, self.group_index)
+                store = PartitionStore(db, partition, path, self.group_index, self.read_value)
             db.put(_META_GROUP_INDEX, want)
             self.stores[partition] = store
         return store

@@ -21,6 +21,7 @@ from fifolane.serde import SchemaCatalog, make_codec
 from services.worker.app import App, Event, GroupState
 from services.worker.options import WorkerOptions
 from services.worker.runtime import Worker
+from services.worker.state import Row
 
 CATALOG = SchemaCatalog.load()
 
@@ -255,7 +256,7 @@ def test_busy_group_keeps_arrival_order(tmp_path: Path) -> None:
 
 
 def test_store_without_group_index(tmp_path: Path) -> None:
-    from services.worker.state import Row, StoreManager
+    from services.worker.state import StoreManager
 
     mgr = StoreManager(tmp_path / "s", "g", group_index=False)
     st = mgr.open(0)
@@ -265,7 +266,7 @@ def test_store_without_group_index(tmp_path: Path) -> None:
     assert b"e:reservation/R1" in keys and not [k for k in keys if k.startswith(b"i:")]
     with pytest.raises(RuntimeError, match="no group index"):
         list(st.scan_group("F1"))
-    st.restore_batch([(b"reservation/R2", Row(1, False, "F1", b"v2"))], 9)
+    st.restore_batch([(b"reservation/R2", 1, False, "F1", b"v2")], 9)
     assert not [k for k in st.db.keys() if bytes(k).startswith(b"i:")]  # noqa: SIM118
     mgr.close_all()
     # An app that scans groups needs the index: the store is rebuilt (from the changelog).
@@ -333,9 +334,20 @@ def test_rewind_with_handler_calls_in_flight(tmp_path: Path) -> None:
     w.calls.shutdown()
 
 
-def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path) -> None:
+def _as_restored_raw(w: Worker) -> None:
+    """Rewrite a worker's persisted upserts as a restore without group index writes them:
+    raw rows, version and group read from the value on first use."""
+    for st in w.stores.stores.values():
+        rows = [(bytes(k)[2:], st.unpack(v)) for k, v in st.db.items() if bytes(k).startswith(b"e:")]
+        st.restore_batch([(k, None, False, "", r.value) if not r.deleted else (k, r.version, True, r.group, None)
+                          for k, r in rows if r is not None], 0)
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["packed", "raw-restored"])
+def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path, raw: bool) -> None:
     """The same batch again after the first one reached RocksDB: the stale checks now read
-    persisted rows (versions only, or whole rows for change sinks)."""
+    persisted rows (versions only, or whole rows for change sinks), packed by a commit or
+    raw from a restore."""
     codec = make_codec(Settings(), CATALOG)
     newer = [FakeMsg(0, 200, b"F1", codec.encode("reservation", _reservation("R1", "F1", 3))),
              FakeMsg(1, 300, b"F2", codec.encode("reservation", _reservation("R3", "F2", 9))),
@@ -352,6 +364,8 @@ def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path) -> N
             w._ingest_batch(_batch())
             for st in w.stores.stores.values():
                 st.commit(None)
+            if raw:
+                _as_restored_raw(w)
             w.producer.records.clear()  # type: ignore[union-attr]
             w._ingest_batch(newer)
             workers.append(w)
@@ -367,3 +381,26 @@ def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path) -> N
             assert [(c[1], c[5], c[6]) for c in sinks[0].changes][-3:] == [("R1", 2, 3), ("R3", 9, 10), ("R2", 7, 8)]
         outcomes.append(fast.stats.superseded)
     assert outcomes == [4, 4]  # 3 in the first batch, 1 in the second
+
+
+def test_raw_rows_are_read_on_first_use(tmp_path: Path) -> None:
+    """A restore without group index keeps values raw; every reader sees the real row."""
+    w = _worker(tmp_path, "raw")
+    codec = w.codec
+    st = w.stores.stores[0]
+    value = codec.encode("reservation", _reservation("R1", "F1", 4))
+    st.restore_batch([(b"reservation/R1", None, False, "", value),
+                      (b"reservation/X", None, False, "", b"not an entity"),
+                      (b"reservation/R2", 6, True, "F1", None)], 10)
+    assert st.db.get(b"e:reservation/R1")[:8] == b"\x80" + bytes(7)  # stored raw (RAW_VERSION)
+    assert st.get(b"reservation/R1") == Row(4, False, "F1", value)
+    assert st.get(b"reservation/X") is None  # not an entity value: as if never restored
+    assert st.get(b"reservation/R2") == Row(6, True, "F1", None)
+    assert [k for k, _r in st.iter_committed()] == [b"reservation/R1"]
+    assert st.committed_version(b"reservation/R1") == 4
+    st.commit(None)  # a later commit leaves raw rows alone
+    assert st.get(b"reservation/R1") == Row(4, False, "F1", value)
+    w._ingest_batch([FakeMsg(0, 11, b"F1", codec.encode("reservation", _reservation("R1", "F1", 4))),
+                     FakeMsg(0, 12, b"F1", codec.encode("reservation", _reservation("R1", "F1", 5)))])
+    assert (w.stats.superseded, w.stats.processed) == (1, 1)
+    assert st.get(b"reservation/R1").version == 5  # type: ignore[union-attr]
