@@ -18,6 +18,7 @@ corrupted records.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 __all__ = ["Scanner", "compile_scanner"]
@@ -98,85 +99,80 @@ def compile_scanner(schema: dict[str, Any], wanted: Sequence[str]) -> Scanner | 
         if kind is None or (name in wanted and not _returnable(kind)):
             return None
         ops.append((kind[0], kind[1], wanted.index(name) if name in wanted else -1))
-    n_wanted = len(wanted)
-    frozen = tuple(ops)
-
-    def scan(data: bytes, pos: int) -> list[Any] | None:
-        try:
-            return _scan(data, pos, frozen, n_wanted)
-        except (IndexError, UnicodeDecodeError):
-            return None
-
-    return scan
+    # A partial object, not a closure: one Python call per record instead of two.
+    return partial(_scan, tuple(ops), len(wanted))
 
 
-def _scan(data: bytes, pos: int, ops: tuple[tuple[int, Any, int], ...], n_wanted: int) -> list[Any] | None:
+def _scan(ops: tuple[tuple[int, Any, int], ...], n_wanted: int, data: bytes, pos: int) -> list[Any] | None:
     # The hot loop of a table worker: one pass, inlined varints, no helper calls for the
-    # common kinds. IndexError (data too short) and UnicodeDecodeError end it: see scan().
-    out: list[Any] = [None] * n_wanted
-    end = len(data)
-    for kind, arg, slot in ops:
-        if kind == _UNION:
-            b = data[pos]
-            pos += 1
-            if b & 0x80:
-                return None  # over 63 branches: not worth a fast path
-            index = (b >> 1) ^ -(b & 1)
-            if not 0 <= index < len(arg):
-                return None
-            kind, arg = arg[index]
-        if kind < _DOUBLE:
-            # a zig-zag varint: the value of a long/int, an enum index, a string/bytes length
-            b = data[pos]
-            pos += 1
-            if b & 0x80:
-                n = b & 0x7F
-                shift = 7
-                while True:
-                    b = data[pos]
-                    pos += 1
-                    n |= (b & 0x7F) << shift
-                    if not b & 0x80:
-                        break
-                    shift += 7
-                    if shift > _MAX_SHIFT:
+    # common kinds. Data too short (IndexError) or not UTF-8 (UnicodeDecodeError): None.
+    try:
+        out: list[Any] = [None] * n_wanted
+        end = len(data)
+        for kind, arg, slot in ops:
+            if kind == _UNION:
+                b = data[pos]
+                pos += 1
+                if b & 0x80:
+                    return None  # over 63 branches: not worth a fast path
+                index = (b >> 1) ^ -(b & 1)
+                if not 0 <= index < len(arg):
+                    return None
+                kind, arg = arg[index]
+            if kind < _DOUBLE:
+                # a zig-zag varint: the value of a long/int, an enum index, a string/bytes length
+                b = data[pos]
+                pos += 1
+                if b & 0x80:
+                    n = b & 0x7F
+                    shift = 7
+                    while True:
+                        b = data[pos]
+                        pos += 1
+                        n |= (b & 0x7F) << shift
+                        if not b & 0x80:
+                            break
+                        shift += 7
+                        if shift > _MAX_SHIFT:
+                            return None
+                else:
+                    n = b
+                n = (n >> 1) ^ -(n & 1)
+                if kind == _STRING:
+                    stop = pos + n
+                    if n < 0 or stop > end:
                         return None
-            else:
-                n = b
-            n = (n >> 1) ^ -(n & 1)
-            if kind == _STRING:
-                stop = pos + n
-                if n < 0 or stop > end:
+                    text = data[pos:stop].decode()  # UnicodeDecodeError: not UTF-8, as fastavro
+                    if slot >= 0:
+                        out[slot] = text
+                    pos = stop
+                elif kind == _LONG:
+                    if slot >= 0:
+                        out[slot] = n
+                elif kind == _ENUM:
+                    if not 0 <= n < len(arg):
+                        return None
+                    if slot >= 0:
+                        out[slot] = arg[n]
+                else:  # bytes
+                    stop = pos + n
+                    if n < 0 or stop > end:
+                        return None
+                    if slot >= 0:
+                        out[slot] = data[pos:stop]
+                    pos = stop
+            elif kind < _BOOLEAN:
+                pos += arg
+            elif kind == _BOOLEAN:
+                b = data[pos]
+                pos += 1
+                if b > 1:
                     return None
-                text = data[pos:stop].decode()  # UnicodeDecodeError: not UTF-8, as fastavro
                 if slot >= 0:
-                    out[slot] = text
-                pos = stop
-            elif kind == _LONG:
-                if slot >= 0:
-                    out[slot] = n
-            elif kind == _ENUM:
-                if not 0 <= n < len(arg):
-                    return None
-                if slot >= 0:
-                    out[slot] = arg[n]
-            else:  # bytes
-                stop = pos + n
-                if n < 0 or stop > end:
-                    return None
-                if slot >= 0:
-                    out[slot] = data[pos:stop]
-                pos = stop
-        elif kind < _BOOLEAN:
-            pos += arg
-        elif kind == _BOOLEAN:
-            b = data[pos]
-            pos += 1
-            if b > 1:
-                return None
-            if slot >= 0:
-                out[slot] = b == 1
-        # _NULL: nothing to read (its value, None, is already in ``out``)
-    if pos != end:
+                    out[slot] = b == 1
+            # _NULL: nothing to read (its value, None, is already in ``out``)
+        if pos != end:
+            return None
+        return out
+    except (IndexError, UnicodeDecodeError):
         return None
-    return out
