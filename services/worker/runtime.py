@@ -156,8 +156,14 @@ class Worker:
         sched = self.sched
         got = 0
         if sched.queued < self._buffer_limit():
-            timeout = 0.0 if sched.queued else 0.1
-            msgs = consumer.consume(1000, timeout=timeout)
+            # What the client has fetched already; when that is nothing and nothing else is
+            # waiting, block until the first record arrives (consume() would wait for a full
+            # batch or the timeout: 100 ms of latency per batch at low rates).
+            msgs = consumer.consume(1000, timeout=0)
+            if not msgs and sched.idle():
+                first = consumer.poll(0.1)
+                if first is not None:
+                    msgs = [first, *consumer.consume(999, timeout=0)]
             got = len(msgs)
             try:
                 self._ingest_batch(msgs)

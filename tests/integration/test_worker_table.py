@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kafka_fixtures import wait_until
 from worker_support import (
     WorkerThread,
     consume_all,
@@ -131,10 +132,17 @@ def test_at_least_once_replays_records_the_broker_refused(settings: Settings, to
     events = [_ev(ADD, f"A{i}", 1, flight=f"F{i % 3}") for i in range(20)]
     events.insert(10, _ev(ADD, "BIG", 1, flight="F1"))
     n = send_events(settings, events)
+    def outputs() -> dict[str, bytes]:
+        return {m.key().decode(): m.value() for m in consume_all(settings, out_topic)}
+
     with WorkerThread(settings, app, guarantee="at-least-once") as w:
+        # every event is processed before the failed checkpoint, and again after it
+        wait_until(lambda: w.stats.aborts >= 1, timeout=60,
+                   message=lambda: f"no failed checkpoint; stats {w.stats}")
         wait_accounted([w], n)
-        assert w.stats.aborts >= 1, "the refused record must have failed its checkpoint"
-    outputs = {m.key().decode(): m.value() for m in consume_all(settings, out_topic)}
-    assert sorted(outputs) == sorted(["BIG", *(f"A{i}" for i in range(20))])
-    assert outputs["BIG"] == b"x" * 10 and calls["BIG"] >= 2
-    assert sorted(read_table(settings)) == sorted(f"reservation/{k}" for k in outputs)
+        wait_until(lambda: len(outputs()) == n and w.committed(), timeout=60,
+                   message=lambda: f"outputs {sorted(outputs())}")
+    delivered = outputs()
+    assert sorted(delivered) == sorted(["BIG", *(f"A{i}" for i in range(20))])
+    assert delivered["BIG"] == b"x" * 10 and calls["BIG"] >= 2
+    assert sorted(read_table(settings)) == sorted(f"reservation/{k}" for k in delivered)
