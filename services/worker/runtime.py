@@ -103,10 +103,9 @@ class Worker:
             if self.app.handler_for(t.name).fn is table_handler
             and "." not in t.key_path + t.group_path + t.version_field
         }
-        # Reads key, group and version of those types' upserts without decoding the record,
-        # which only change sinks need (listeners see every change's record).
-        self._scan = (self.codec.scanner(self._table_types)
-                      if self._table_types and listeners is None else None)
+        # Reads key, group and version of those types' upserts without decoding the record.
+        # Change sinks get record=None and decode the value only if a listener needs it.
+        self._scan = self.codec.scanner(self._table_types) if self._table_types else None
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -251,8 +250,8 @@ class Worker:
                 if p not in assigned:
                     continue
                 value = msg.value()
-                # Without change sinks the record itself is not needed: read just the key,
-                # group and version if the codec can (scan), else decode.
+                # The record itself is not needed (change sinks decode it if they must):
+                # read just the key, group and version if the codec can (scan), else decode.
                 scanned = scan(value) if scan is not None else None
                 if scanned is not None:
                     et, (key, group, version) = scanned
