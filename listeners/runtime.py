@@ -226,6 +226,12 @@ class ListenerRuntime:
         for uk in [uk for uk in self._undo if uk[1][1] in gone]:
             del self._undo[uk]
 
+    def wants_records(self, types: Iterable[str]) -> bool:
+        """Whether a change of one of ``types`` can notify a listener now, that is whether
+        on_change would decode its record (the worker then decodes it up front instead of
+        reading only key, group and version)."""
+        return self._live and (self._any_type or any(t.encode() in self._types for t in types))
+
     def on_change(self, worker: Any, event: Any, ekey: bytes, old: Any, new: Any,
                   record: dict[str, Any] | None) -> None:  # fmt: skip
         """One applied table write: notify the listeners it concerns."""

@@ -223,6 +223,10 @@ class Worker:
         decode = self.codec.decode
         table_types = self._table_types
         scan = self._scan
+        listeners = self.listeners
+        wants_records = getattr(listeners, "wants_records", None)
+        if scan is not None and wants_records is not None and wants_records(table_types):
+            scan = None  # a listener will read these records: decode once, here
         queued_groups = self.sched.queues
         # per partition: its overlay, RocksDB getter and store (None: keeps a group index,
         # so writes go through PartitionStore.put)
@@ -234,7 +238,6 @@ class Worker:
         produce = producer.produce
         state_topic = self._state_topic
         with_headers = self.settings.state_headers
-        listeners = self.listeners
         stats = self.stats
         row_version = ROW_VERSION.unpack_from
         # The previous row itself (not just its version) is needed by change sinks and by

@@ -379,3 +379,15 @@ def test_only_plain_string_fields_are_taken_from_the_row() -> None:
     res = catalog.types["reservation"]
     assert _string_path(res.schema, res.group_path) == ("flight_number",)
     assert _string_path(res.schema, res.key_path) == ("reservation_id",)
+
+
+def test_wants_records_only_for_types_a_listener_can_match() -> None:
+    """The worker asks before reading only key/group/version: a type without listeners is
+    never decoded for them."""
+    rt, _worker = _runtime([ListenerSpec(name="loads", filter="true", type="flight_load")])
+    assert rt.wants_records(["flight_load"]) and rt.wants_records(["reservation", "flight_load"])
+    assert not rt.wants_records(["reservation"])
+    untyped, _ = _runtime([ListenerSpec(name="all", filter="true")])
+    assert untyped.wants_records(["reservation"])
+    empty, _ = _runtime([])
+    assert not empty.wants_records(["reservation", "flight_load"])

@@ -172,9 +172,16 @@ def _outcome(w: Worker) -> dict[str, Any]:
     }
 
 
+class ReadingSink(RecordingSink):
+    """A sink with a listener for every type: it wants the records decoded up front."""
+
+    def wants_records(self, types: Any) -> bool:
+        return True
+
+
 def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False,
-              state_headers: bool = False) -> tuple[Any, Any, Any, Any]:
-    fast_sink, slow_sink = (RecordingSink(), RecordingSink()) if with_sink else (None, None)
+              state_headers: bool = False, sink: type[RecordingSink] = RecordingSink) -> tuple[Any, Any, Any, Any]:
+    fast_sink, slow_sink = (sink(), sink()) if with_sink else (None, None)
     fast = _worker(tmp_path, "fast", app, fast_sink, state_headers)
     slow = _worker(tmp_path, "slow", app, slow_sink, state_headers)
     slow._table_types = {}  # every record takes the general path
@@ -229,6 +236,14 @@ def test_fast_path_tells_change_sinks_the_same(tmp_path: Path) -> None:
     # the flight (a date field: decoded) comes with its record, and a delete has none
     assert fast_sink.given == [False, False, False, False, False, True, False]
     assert all(slow_sink.given[i] for i in (0, 1, 2, 3, 5, 6))
+
+
+def test_fast_path_decodes_for_sinks_that_read_records(tmp_path: Path) -> None:
+    """When a listener will read the records, the fast path decodes them once, up front."""
+    fast, _slow, fast_sink, slow_sink = _run_both(tmp_path, with_sink=True, sink=ReadingSink)
+    assert fast_sink.changes == slow_sink.changes
+    assert fast_sink.given == [True, True, True, True, False, True, True]  # all but the delete
+    assert fast.scans == []  # the scanner was not used
 
 
 def test_app_handler_types_skip_the_fast_path(tmp_path: Path) -> None:
