@@ -88,6 +88,8 @@ class Worker:
         self._next_stats = 0.0
         self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
         self._recoveries: list[float] = []
+        # librdkafka refuses larger records in produce() (MSG_SIZE_TOO_LARGE); its default is 1 MB.
+        self._max_message_bytes = int(settings.librdkafka.get("message.max.bytes", 1_000_000)) - 1024
         self._delivery_error: KafkaError | None = None  # at-least-once: first failure since the last checkpoint
         self._producer_conf: dict[str, Any] = {}
         self.consumer: Consumer | None = None
@@ -412,10 +414,16 @@ class Worker:
         event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
         self._avg_call += 0.05 * (took - self._avg_call)  # EWMA of a handler call
+        refused = None if exc is not None or effects is None else self._too_large(effects)
         if exc is not None:
             log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                         event.type, event.key, event.group, event.offset, retries, exc)
             self._dead_letter_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
+        elif refused is not None:
+            # Kafka would refuse it on every replay: none of the call's effects are applied.
+            log.warning("handler result for %s %s (group %s, offset %d) refused: %s",
+                        event.type, event.key, event.group, event.offset, refused)
+            self._dead_letter_event(event, "handler-error", refused)
         else:
             assert effects is not None
             self._apply(event, effects)
@@ -437,6 +445,25 @@ class Worker:
         new = Row(event.version, deleted, event.group, None if deleted else event.raw)
         self._write(store, event, ekey, old, new, event.value)
         self.stats.processed += 1
+
+    def _too_large(self, effects: Effects) -> str | None:
+        """Why a record of ``effects`` cannot be produced (over the producer's
+        ``message.max.bytes``), or None. Checked before anything is applied, so a handler
+        result is applied whole or dead-lettered whole."""
+        limit = self._max_message_bytes
+        for out in effects.outputs:
+            size = (_size(out.value) + _size(out.key)
+                    + sum(len(name) + len(value) + 8 for name, value in out.headers))
+            if size > limit:
+                return (f"output record for topic {out.topic} is {size} bytes, over the producer's "
+                        f"message.max.bytes ({limit}); send less, or raise it in FIFOLANE_LIBRDKAFKA "
+                        "(and max.message.bytes of the topic)")
+        for w in effects.writes.values():
+            size = _size(w.value) + len(w.type) + len(w.key) + len(w.group) + 64
+            if size > limit:
+                return (f"{w.type} {w.key} encodes to {size} bytes, over the producer's "
+                        f"message.max.bytes ({limit})")
+        return None
 
     def _apply(self, event: Event, effects: Effects) -> None:
         store = self.stores.stores[event.partition]
@@ -718,6 +745,12 @@ class Worker:
             update_lag(self.stats, self.consumer, self.settings.input_topic, self._assigned)
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
+
+
+def _size(data: bytes | str | None) -> int:
+    if data is None:
+        return 0
+    return len(data.encode()) if isinstance(data, str) else len(data)
 
 
 def _row(w: Write) -> Row:

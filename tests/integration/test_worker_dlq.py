@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from kafka_fixtures import consume_all
 from worker_support import (
     CATALOG,
     WorkerThread,
@@ -77,3 +78,31 @@ def test_each_bad_record_is_dead_lettered_with_its_reason(settings: Settings, to
     table = read_table(settings)
     assert {k for k, v in table.items() if v[1] is not None} == {f"reservation/G{i}" for i in range(30)} | {
         "reservation/G-after"}
+
+
+def test_a_result_kafka_would_refuse_is_dead_lettered_whole(settings: Settings, topics: Any) -> None:
+    """A handler output over message.max.bytes would fail every replay: the event is
+    dead-lettered, none of its effects are applied, and its group goes on."""
+    out_topic = f"{settings.input_topic}.out"
+    app = App("too-large")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        size = 2_000_000 if event.key == "HUGE" else 10
+        state.emit(out_topic, event.key, b"x" * size)
+
+    events = [("reservation", reservation(f"S{i}", f"LH{i % 2}", 1), "upsert") for i in range(10)]
+    events.insert(5, ("reservation", reservation("HUGE", "LH1", 1), "upsert"))
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, concurrency=4) as w:
+        wait_accounted([w], n)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (10, 1, 0)
+    (letter,) = read_dlq(settings)
+    assert letter["reason"] == "handler-error" and "message.max.bytes" in letter["error"]
+    assert letter["key"] == b"LH1"
+    table = read_table(settings)
+    assert sorted(table) == sorted(f"reservation/S{i}" for i in range(10))  # HUGE's write refused too
+    outputs = consume_all(settings, out_topic)
+    assert sorted(m.key().decode() for m in outputs) == sorted(f"S{i}" for i in range(10))
