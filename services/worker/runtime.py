@@ -7,14 +7,13 @@ output and notification is produced from one thread, in group order.
 
 Checkpoints: every ``commit_interval`` the worker stops taking new events, drains what it
 has (every consumed event is then processed, superseded or dead-lettered), and commits
-the produced records together with the input offsets in one Kafka transaction. Staged
-RocksDB writes are persisted after that commit. A crash at any point therefore loses
+the produced records together with the input offsets in one Kafka transaction
+(services/worker/checkpoint.py). Staged RocksDB writes are persisted after that commit. A crash at any point therefore loses
 nothing and applies nothing twice: uncommitted work is replayed from the input.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import queue
@@ -29,25 +28,25 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from fifolane.config import Settings
 from fifolane.serde import Decoded, SchemaCatalog, make_codec
 from fifolane.serde.state_records import StateRecordReader, state_headers
+from services.worker import checkpoint as checkpoints
 from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
 from services.worker.calls import HandlerCalls, Result
 from services.worker.clients import consumer_config, producer_config
 from services.worker.dlq import dead_letter_headers
 from services.worker.effects import Effects, Write
+from services.worker.fastpath import ingest_batch
 from services.worker.ingest import Rejected, to_event
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
-from services.worker.state import RAW_VERSION, ROW_VERSION, PartitionStore, Row, StoreManager
-from services.worker.txn import Background, guarded
+from services.worker.state import PartitionStore, Row, StoreManager
 
 __all__ = ["Worker", "load_app"]
 
 log = logging.getLogger(__name__)
 
 _EOF = KafkaError._PARTITION_EOF
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 
 
 class Worker:
@@ -213,128 +212,8 @@ class Worker:
 
     # ------------------------------------------------------------------ ingest
     def _ingest_batch(self, msgs: list[Any]) -> None:
-        """Take a consumed batch.
-
-        The common case, a well-formed upsert for the built-in table handler whose group has
-        nothing queued, is applied right here, without building an Event (this loop is the
-        worker's hot path: about half of its CPU time per event). Anything else (errors,
-        deletes, bad records, app handlers, busy groups) goes through :meth:`_ingest`, which
-        does exactly the same for this case, only slower.
-        """
-        assigned, next_offsets, txn_start = self._assigned, self._next_offsets, self._txn_start
-        decode = self.codec.decode
-        table_types = self._table_types
-        scan = self._scan
-        listeners = self.listeners
-        wants_records = getattr(listeners, "wants_records", None)
-        if scan is not None and wants_records is not None and wants_records(table_types):
-            scan = None  # a listener will read these records: decode once, here
-        queued_groups = self.sched.queues
-        # per partition: its overlay, RocksDB getter and store (None: keeps a group index,
-        # so writes go through PartitionStore.put)
-        parts = {p: (st.overlay, st.db.get, None if st.group_index else st.overlay, st.unpack)
-                 for p, st in self.stores.stores.items()}
-        stores = self.stores.stores
-        producer = self.producer
-        assert producer is not None
-        produce = producer.produce
-        state_topic = self._state_topic
-        with_headers = self.settings.state_headers
-        stats = self.stats
-        row_version = ROW_VERSION.unpack_from
-        # The previous row itself (not just its version) is needed by change sinks and by
-        # stores that keep a group index.
-        need_old = listeners is not None or not all(part[2] is not None for part in parts.values())
-        consumed = processed = superseded = 0
-        try:
-            for msg in msgs:
-                if msg.error() is not None:
-                    self._ingest(msg)
-                    continue
-                p = msg.partition()
-                if p not in assigned:
-                    continue
-                value = msg.value()
-                # The record itself is not needed (change sinks decode it if they must):
-                # read just the key, group and version if the codec can (scan), else decode.
-                scanned = scan(value) if scan is not None else None
-                if scanned is not None:
-                    et, (key, group, version) = scanned
-                    decoded = record = None
-                    fast = table_types.get(et.name)
-                    if fast is None:
-                        self._ingest(msg)
-                        continue
-                else:
-                    try:
-                        decoded = decode(value)
-                    except Exception:  # noqa: BLE001 - the general path names the reason
-                        self._ingest(msg)
-                        continue
-                    et, record, is_delete = decoded
-                    fast = None if is_delete else table_types.get(et.name)
-                    if fast is None:
-                        self._ingest(msg, decoded)
-                        continue
-                    key, group, version = record.get(fast[2]), record.get(fast[3]), record.get(fast[4])
-                prefix, type_header = fast[0], fast[1]
-                mkey = msg.key()
-                if (type(key) is not str or not key or type(group) is not str or not group
-                        or type(version) is not int or mkey is None or mkey != group.encode()
-                        or group in queued_groups):
-                    self._ingest(msg, decoded)
-                    continue
-                # -- bookkeeping, as in _ingest
-                if not self._txn_open:
-                    self._begin()
-                offset = msg.offset()
-                next_offsets[p] = offset + 1
-                if p not in txn_start:
-                    txn_start[p] = offset
-                consumed += 1
-                # -- the table handler, as in _apply_table / _write
-                ekey = prefix + key.encode()
-                overlay, db_get, plain, unpack = parts[p]
-                old = overlay.get(ekey)  # inlined PartitionStore.get
-                if old is not None:
-                    if version <= old.version:
-                        superseded += 1
-                        continue
-                else:
-                    data = db_get(b"e:" + ekey)
-                    if data is not None:
-                        stored = row_version(data)[0]
-                        if stored == RAW_VERSION or need_old:  # a raw row is read on first use
-                            old = unpack(data)
-                            stored = old.version if old is not None else None
-                        if stored is not None and version <= stored:
-                            superseded += 1
-                            continue
-                new = Row(version, False, group, value)
-                if plain is not None:
-                    plain[ekey] = new  # PartitionStore.put without a group index
-                else:
-                    stores[p].put(ekey, new, old)
-                # An upsert's group and version are in its value: headers only if asked for
-                # (even ``headers=None`` costs 0.4 us in produce()).
-                try:
-                    if with_headers:
-                        produce(state_topic, value, ekey, p, headers=state_headers(type_header, mkey, version))
-                    else:
-                        produce(state_topic, value, ekey, p)
-                except BufferError:
-                    self._produce(state_topic, value, ekey, p,
-                                  state_headers(type_header, mkey, version) if with_headers else None)
-                processed += 1
-                if listeners is not None:
-                    event = Event(et.name, key, group, version, "upsert", record, p, offset,
-                                  msg.timestamp()[1], value, msg.headers() or [])
-                    listeners.on_change(self, event, ekey, old, new, record)
-        finally:
-            stats.consumed += consumed
-            stats.processed += processed
-            stats.state_writes += processed
-            stats.superseded += superseded
+        """Take a consumed batch (the hot path: services/worker/fastpath.py)."""
+        ingest_batch(self, msgs)
 
     def _ingest(self, msg: Any, decoded: Decoded | None = None) -> None:
         err = msg.error()
@@ -555,174 +434,14 @@ class Worker:
             self._pump(block=True)
 
     def checkpoint(self) -> None:
-        """Drain, then commit outputs, state and input offsets together."""
-        self._next_checkpoint = time.monotonic() + self.opts.commit_interval
-        self.drain()
-        if not self._txn_open:
-            if self.listeners is not None:
-                self.listeners.after_commit(self)
-            self._write_stats()
-            return
-        consumer = self.consumer
-        assert self.producer is not None and consumer is not None
-        t0 = time.perf_counter()
-        offsets = [TopicPartition(self.settings.input_topic, p, o) for p, o in self._next_offsets.items()]
-        # The commit waits on the network (without the GIL): build the RocksDB batches
-        # meanwhile; they are written only if the commit succeeds.
-        group_metadata = consumer.consumer_group_metadata() if self.eos and offsets else None
-        commit = Background(self._commit_producer, offsets, group_metadata)
-        batches = {p: store.prepare() for p, store in self.stores.stores.items()}
-        try:
-            commit.wait()
-        except KafkaException as exc:
-            # Exactly-once: the transaction is aborted. At-least-once: some records were
-            # not delivered, so no offsets are committed. Both replay the input.
-            self._abort(exc)
-            return
-        if not self.eos and offsets:
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:  # at-least-once: the events may be seen again
-                log.warning("offset commit failed (events may be redelivered): %s", exc)
-        self._txn_open = False
-        t1 = time.perf_counter()
-        self._persist_state(batches)
-        self._next_offsets.clear()
-        self._txn_start.clear()
-        if self.listeners is not None:
-            # A safe point: nothing in flight, nothing staged, no open transaction.
-            self.listeners.after_commit(self)
-        t2 = time.perf_counter()
-        ms = (t1 - t0) * 1000
-        # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
-        # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
-        # Persisting to RocksDB is not counted: its cost is per write, not per checkpoint.
-        self._next_checkpoint = time.monotonic() + min(max(self.opts.commit_interval, 9 * (t1 - t0)), 5.0)
-        self.stats.commits += 1
-        self.stats.last_commit_ms = ms
-        self.stats.commit_ms_total += ms
-        self.stats.persist_ms_total += (t2 - t1) * 1000
-        log.debug("checkpoint: commit %.1f ms, persist %.1f ms, %d consumed so far", ms, (t2 - t1) * 1000,
-                  self.stats.consumed)
-        self._write_stats()
-
-    def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """The producer's part of a checkpoint (runs off the poll thread): exactly-once, the
-        transaction with the input offsets; at-least-once, delivery of every record.
-
-        Only the producer is touched here. A checkpoint can run inside a rebalance callback,
-        that is inside ``consume()``, and a consumer call from this thread would then wait for
-        the poll thread, which waits for this one.
-        """
-        producer = self.producer
-        assert producer is not None
-        if self.eos:
-            if offsets:
-                guarded(producer.send_offsets_to_transaction, offsets, group_metadata, 30)
-            self._commit_with_retry()
-            return
-        left = producer.flush(30)
-        if left:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
-        failed, self._delivery_error = self._delivery_error, None
-        if failed is not None:
-            raise KafkaException(failed)
-
-    def _commit_with_retry(self) -> None:
-        assert self.producer is not None
-        for attempt in range(5):
-            try:
-                guarded(self.producer.commit_transaction, 30)
-                return
-            except KafkaException as exc:
-                if exc.args[0].retriable() and attempt < 4:
-                    continue
-                raise
-
-    def _persist_state(self, batches: dict[int, Any]) -> None:
-        now = time.monotonic()
-        refresh = now >= self._next_marker
-        if refresh:
-            # An older marker only makes the next restore re-read a little more; each refresh
-            # costs a round trip per partition, so keep it rare.
-            self._next_marker = now + 30.0
-        consumer = self.consumer
-        assert consumer is not None
-        for p, store in self.stores.stores.items():
-            marker = None
-            if refresh:
-                # We are this partition's only writer and everything we wrote is committed:
-                # its high watermark is a safe restore start for the next owner of this store.
-                try:
-                    marker = consumer.get_watermark_offsets(TopicPartition(self._state_topic, p), timeout=10)[1]
-                except KafkaException as exc:  # leader moving: keep the older marker this time
-                    log.info("state topic offsets of partition %d not available now: %s", p, exc)
-                    self._next_marker = now
-                    marker = None
-            store.apply(batches.get(p), marker)
+        """Drain, then commit outputs, state and input offsets together (see checkpoint.py)."""
+        checkpoints.checkpoint(self)
 
     def _abort(self, exc: KafkaException) -> None:
-        """Abort the open transaction (at-least-once: give up the checkpoint) and replay its
-        input; recover from a fatal producer.
-
-        A fatal error other than fencing (say INVALID_TXN_STATE after a broker failover)
-        gets a new producer with the same transactional id. Being fenced by another
-        instance with our id is the one case where this worker must stop.
-        """
-        err = exc.args[0]
-        if err.code() in _FENCED:
-            log.error("fenced by a newer instance with transactional id of worker %s: %s",
-                      self.opts.worker_id, err)
-            raise exc
-        log.warning("%s, replaying the input since the last checkpoint: %s",
-                    "aborting the transaction" if self.eos else "records not delivered", err)
-        producer = self.producer
-        assert producer is not None
-        fatal = err.fatal()
-        if not fatal and self.eos:
-            try:
-                producer.abort_transaction(30)
-            except KafkaException as abort_exc:
-                fatal = abort_exc.args[0].fatal()
-                if not fatal:
-                    raise
-        if fatal:
-            self._new_producer(err)
-        self._txn_open = False
-        self.stats.aborts += 1
-        self._rewind()
-
-    def _new_producer(self, err: KafkaError) -> None:
-        now = time.monotonic()
-        self._recoveries = [t for t in self._recoveries if now - t < 60] + [now]
-        if len(self._recoveries) > 5:
-            raise KafkaException(err)  # keeps failing: let the supervisor restart us
-        log.warning("fatal producer error (%s): starting a new producer", err)
-        old = self.producer
-        self.producer = Producer(self.settings.kafka_config(**self._producer_conf))
-        if self.eos:
-            self.producer.init_transactions(60)
-        if old is not None and err.code() != KafkaError._TIMED_OUT:
-            with contextlib.suppress(KafkaException, RuntimeError):
-                old.purge()
+        checkpoints.abort(self, exc)
 
     def _rewind(self) -> None:
-        """Forget uncommitted work and consume it again from the transaction's start."""
-        assert self.consumer is not None
-        # Handler calls still running would report events the scheduler no longer knows:
-        # wait for them (as a drain would) and drop their results; the events are replayed.
-        completions = self.calls.completions
-        for _ in range(self.sched.in_flight):
-            completions.get()
-        for store in self.stores.stores.values():
-            store.rollback()
-        self.sched.clear()
-        self.calls.forget_completions()
-        for p, offset in self._txn_start.items():
-            if p in self._assigned:
-                self.consumer.seek(TopicPartition(self.settings.input_topic, p, offset))
-        self._next_offsets.clear()
-        self._txn_start.clear()
+        checkpoints.rewind(self)
 
     # ------------------------------------------------------------------ rebalancing
     def _release(self, partitions: Iterable[TopicPartition]) -> None:
