@@ -29,8 +29,7 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
     Versions and groups come from the tombstones' headers and the upserts' values
     (``codec``), see :mod:`fifolane.serde.state_records`.
     """
-    reader = StateRecordReader(codec)
-    read, scan = reader.read, reader.scan
+    read = StateRecordReader(codec).read
     store = stores.open(partition)
     conf = {
         **kafka_conf,
@@ -92,13 +91,6 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
                 if raw and value is not None:
                     append((msg.key(), None, False, "", value))  # read on first use
                     continue
-                # The common record, an upsert of a flat entity, inline; the reader does the rest.
-                found = scan(value) if value is not None else None
-                if found is not None:
-                    _key, group, version = found[1]
-                    if type(group) is str and type(version) is int:
-                        append((msg.key(), version, False, group, value))
-                        continue
                 state = read(value, msg.headers())
                 if state is not None:  # else not written by a fifolane worker: nothing to keep
                     append((msg.key(), state.version, state.deleted, state.group, None if state.deleted else value))

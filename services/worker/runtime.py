@@ -8,8 +8,9 @@ output and notification is produced from one thread, in group order.
 Checkpoints: every ``commit_interval`` the worker stops taking new events, drains what it
 has (every consumed event is then processed, superseded or dead-lettered), and commits
 the produced records together with the input offsets in one Kafka transaction
-(services/worker/checkpoint.py). Staged RocksDB writes are persisted after that commit. A crash at any point therefore loses
-nothing and applies nothing twice: uncommitted work is replayed from the input.
+(services/worker/checkpoint.py). Staged RocksDB writes are persisted after that commit.
+A crash at any point therefore loses nothing and applies nothing twice: uncommitted work
+is replayed from the input. The table handler's hot path is services/worker/fastpath.py.
 """
 
 from __future__ import annotations
