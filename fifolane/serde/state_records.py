@@ -52,8 +52,7 @@ class StateRecordReader:
 
     def __init__(self, codec: Any) -> None:
         self._decode = codec.decode
-        #: the codec's field scanner for every entity type (see Codec.scanner)
-        self.scan = codec.scanner([t.name for t in codec.catalog])
+        self._scan = codec.scanner([t.name for t in codec.catalog])
 
     def read(self, value: bytes | None, headers: list[tuple[str, bytes]] | None) -> StateRecord | None:
         """None: not a record a fifolane worker writes (a tombstone without a version
@@ -69,7 +68,7 @@ class StateRecordReader:
                 return StateRecord(int(version), group.decode(), value is None)
         if value is None:
             return None
-        found = self.scan(value)
+        found = self._scan(value)
         if found is not None:
             group, version = found[1][1], found[1][2]
         else:
