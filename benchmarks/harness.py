@@ -188,6 +188,7 @@ class Bench:
             "bootstrap_servers": self.bootstrap, "input_topic": f"bench.events.{s}",
             "state_topic": f"bench.state.{s}", "registry_topic": f"bench.listeners.{s}",
             "dlq_topic": f"bench.dlq.{s}", "listener_output_topic": f"bench.notifications.{s}",
+            "directory_topic": f"bench.directory.{s}",
             "partitions": partitions, "home": self.work / s,
         }
         values.update(overrides)
@@ -205,6 +206,7 @@ class Bench:
         settings = base.with_overrides(
             state_topic=f"bench.state.{s}", registry_topic=f"bench.listeners.{s}",
             dlq_topic=f"bench.dlq.{s}", listener_output_topic=f"bench.notifications.{s}",
+            directory_topic=f"bench.directory.{s}",
             home=self.work / s,
         )
         ensure_topics(settings, base.partitions)

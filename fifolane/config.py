@@ -90,6 +90,11 @@ class Settings(BaseSettings):
     registry_topic: str = "fifolane.listeners"
     dlq_topic: str = "fifolane.dlq"
     listener_output_topic: str = "fifolane.notifications"
+    directory_topic: str = Field(
+        default="fifolane.directory",
+        description="Entity directory (compacted): where each entity lives, so an entity can "
+        "change its FIFO group across partitions.",
+    )
     state_headers: bool = Field(
         default=False,
         description="Also put fifolane.type/group/version headers on state-topic upserts "

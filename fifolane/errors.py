@@ -10,7 +10,14 @@
     ├── TopicConfigError       an existing topic has a config fifolane cannot work with
     ├── ClusterError           the local Apache Kafka could not start / stop
     ├── ExpressionError        an invalid CEL filter/converter (with position)
-    └── ListenerError          a listener registration problem (name clash, unknown name)
+    ├── ListenerError          a listener registration problem (name clash, unknown name)
+    ├── WorkerError            a worker cannot run: no access, duplicate worker id, bad app
+    └── KafkaClientError       a Kafka client call failed (mapped once, in services/worker/kafka.py)
+        ├── KafkaRetriableError      it may pass: call again (broker down, time-out)
+        ├── TransactionAbortedError  the open transaction must be aborted, then replayed
+        ├── RecordRefusedError       Kafka refuses one record (too large, invalid, no topic)
+        └── ProducerFatalError       the producer is unusable: make a new one
+            └── ProducerFencedError  another producer took over the transactional id
 
 Library errors are wrapped and chained (``raise X(...) from exc``) at the boundary.
 """
@@ -22,13 +29,20 @@ __all__ = [
     "ConfigError",
     "ExpressionError",
     "FifolaneError",
+    "KafkaClientError",
+    "KafkaRetriableError",
     "ListenerError",
+    "ProducerFatalError",
+    "ProducerFencedError",
+    "RecordRefusedError",
     "SchemaError",
     "SchemaRegistryError",
     "SerializationError",
     "TopicConfigError",
+    "TransactionAbortedError",
     "UnknownSchemaError",
     "ValidationError",
+    "WorkerError",
 ]
 
 
@@ -79,3 +93,46 @@ class ExpressionError(FifolaneError):
 
 class ListenerError(FifolaneError):
     """A listener registration was refused (name clash, unknown listener, bad option)."""
+
+
+class WorkerError(FifolaneError):
+    """A worker cannot run as configured (says what to fix): no access to a role topic,
+    another worker with the same ``--worker-id``, an app that cannot be loaded."""
+
+
+class KafkaClientError(FifolaneError):
+    """A Kafka client call failed. ``code`` is librdkafka's error name (``_TIMED_OUT``,
+    ``MSG_SIZE_TOO_LARGE``, ...); ``retriable``/``fatal``/``abortable`` are librdkafka's own
+    classification of the error; ``refused`` says the error is about one record (too
+    large, invalid for its topic), so producing that record again fails again. Raised only by
+    services/worker/kafka.py, which maps every ``KafkaException`` to one of the leaves below."""
+
+    def __init__(self, message: str, *, code: str = "", retriable: bool = False,
+                 fatal: bool = False, abortable: bool = False, refused: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retriable = retriable
+        self.fatal = fatal
+        self.abortable = abortable
+        self.refused = refused
+
+
+class KafkaRetriableError(KafkaClientError):
+    """The call may succeed if made again (a broker is down, a leader moving, a time-out)."""
+
+
+class TransactionAbortedError(KafkaClientError):
+    """The open transaction cannot commit: abort it and replay its input."""
+
+
+class RecordRefusedError(KafkaClientError):
+    """Kafka refuses one record for what it is (too large, invalid for its topic, no such
+    topic): producing it again will fail again."""
+
+
+class ProducerFatalError(KafkaClientError):
+    """The producer cannot be used any more: replace it with a new one."""
+
+
+class ProducerFencedError(ProducerFatalError):
+    """A newer producer with the same transactional id fenced this one."""

@@ -1,11 +1,12 @@
 """Cluster listeners: CEL expressions, registration model and per-change matching.
 
-The worker uses :class:`ListenerSet` (``add``/``remove``/``match``); the CLI and the registry
-use :class:`ListenerSpec`. See DESIGN.md §3 for the view semantics.
+The worker's listener runtime (:class:`listeners.runtime.ListenerRuntime`, a change sink)
+uses :class:`ListenerSet` (``add``/``remove``/``match``); the CLI and the registry use
+:class:`ListenerSpec`. docs/formats.md gives the view semantics and the wire formats.
 """
 
 from listeners.expr import CompiledExpr, EvaluationError, compile_converter, compile_filter
-from listeners.matcher import Change, ListenerSet, ListenerStats, Matcher, Notification
+from listeners.matcher import Change, ListenerSet, ListenerStats, Notification
 from listeners.model import ListenerSpec
 
 __all__ = [
@@ -15,7 +16,6 @@ __all__ = [
     "ListenerSet",
     "ListenerSpec",
     "ListenerStats",
-    "Matcher",
     "Notification",
     "compile_converter",
     "compile_filter",

@@ -1,7 +1,8 @@
 """Cost of listeners on the worker's hot path: ``python -m listeners.bench [--changes N]``.
 
 Drives :meth:`ListenerRuntime.on_change` exactly as the worker's table handler does (the
-decoded new record, the encoded old row) with a stand-in worker whose ``produce`` only counts,
+decoded new record, the encoded old row) with a stand-in sink context whose ``produce`` only
+counts,
 and prints the listener sink's cost alone: CPU time per change (process time, so other load on
 the machine disturbs it less than wall time; ``--repeat N`` keeps the best of N) and
 notifications per change. No Kafka needed. The worker pays on top of this for producing each
@@ -23,56 +24,23 @@ import importlib
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
+from listeners.follower import RegistryRecord
 from listeners.model import ListenerSpec
-from listeners.registry import RegistryRecord
 from listeners.runtime import ListenerRuntime
+from listeners.standin import QuietRegistry, StandInContext
 
-__all__ = ["SCENARIOS", "StandInEvent", "StandInWorker", "measure", "main"]
+__all__ = ["SCENARIOS", "measure", "main"]
 
 PARTITIONS = 6
 
 
-@dataclass
-class _Stats:
-    aborts: int = 0
-
-
-@dataclass
-class StandInEvent:
-    """The fields of a worker ``Event`` that :class:`ListenerRuntime` reads."""
-
-    partition: int
-    offset: int
-    timestamp: int
-
-
-@dataclass
-class StandInWorker:
-    """The part of a ``Worker`` a :class:`ListenerRuntime` uses (codec, stats.aborts, produce),
-    for benchmarks and unit tests without Kafka. ``keep=False`` only counts what is sent."""
-
-    codec: Any
-    keep: bool = True
-    stats: _Stats = field(default_factory=_Stats)
-    sent: list[tuple[str, Any, Any, int]] = field(default_factory=list)
-    headers: list[Any] = field(default_factory=list)
-    count: int = 0
-
-    def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
-                headers: Any = None) -> None:  # fmt: skip
-        self.count += 1
-        if self.keep:
-            self.sent.append((topic, value, key, partition))
-            self.headers.append(headers)
-
-
-#: One change as the worker hands it over: (event, entity key, old row, new row, new record).
-Change = tuple[StandInEvent, bytes, Any, Any, dict[str, Any]]
+#: One change as the worker hands it over: (partition, offset, timestamp, entity key, old row,
+#: new row, new record).
+Change = tuple[int, int, int, bytes, Any, Any, dict[str, Any]]
 
 
 def _specs(n: int, kind: str) -> list[ListenerSpec]:
@@ -119,22 +87,21 @@ SCENARIOS: dict[str, tuple[Callable[[], list[ListenerSpec]], str, float]] = {
 def _suite_changes(codec: Any, changes: int) -> list[Change]:
     """The ``listeners`` suite's events as table changes: first all creates, then one
     modification per entity (``benchmarks.events.events`` with ``entities = n // 2``)."""
-    from services.worker.state import Row
+    from services.worker.sink import Row
 
     out: list[Change] = []
     rows: dict[str, Any] = {}
     for offset, (group, rid, version, rec) in enumerate(_benchmarks("events").events(changes)):
         new = Row(version, False, group, codec.encode("reservation", rec))
         p = zlib.crc32(group.encode()) % PARTITIONS
-        out.append((StandInEvent(p, offset, 1000 + offset), f"reservation/{rid}".encode(),
-                    rows.get(rid), new, rec))  # fmt: skip
+        out.append((p, offset, 1000 + offset, f"reservation/{rid}".encode(), rows.get(rid), new, rec))
         rows[rid] = new
     return out
 
 
 def _synthetic_changes(codec: Any, changes: int) -> list[Change]:
     """1,000 entities modified over and over (old row = new row)."""
-    from services.worker.state import Row
+    from services.worker.sink import Row
 
     entities = 1000
     base: list[tuple[bytes, Any, dict[str, Any]]] = []
@@ -147,27 +114,28 @@ def _synthetic_changes(codec: Any, changes: int) -> list[Change]:
     out: list[Change] = []
     for n in range(changes):
         ekey, row, rec = base[n % entities]
-        out.append((StandInEvent(0, n, 0), ekey, row, row, rec))
+        out.append((0, n, 0, ekey, row, row, rec))
     return out
 
 
-def _runtime(specs: list[ListenerSpec]) -> tuple[ListenerRuntime, StandInWorker]:
+def _runtime(specs: list[ListenerSpec]) -> tuple[ListenerRuntime, StandInContext]:
     settings = Settings()
     codec = make_codec(settings, SchemaCatalog.load(PROJECT_ROOT / "schemas"))
-    worker = StandInWorker(codec, keep=False)
-    rt = ListenerRuntime(settings, topic_partitions=lambda _t: PARTITIONS)
-    rt._owned = set(range(PARTITIONS))  # noqa: SLF001 - stand-in for an assignment
-    rt._epoch = dict.fromkeys(range(PARTITIONS), 1)  # noqa: SLF001
-    rt.apply_records(worker, [RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
-    return rt, worker
+    ctx = StandInContext(codec, keep=False)
+    rt = ListenerRuntime(settings, topic_partitions=lambda _t: PARTITIONS, follower=QuietRegistry())  # type: ignore[arg-type]
+    rt.open(ctx)
+    rt.on_assign(list(range(PARTITIONS)))
+    rt.ready()
+    rt.apply_records([RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+    return rt, ctx
 
 
 def measure(specs: list[ListenerSpec], changes: int = 50_000, workload: str = "synthetic",
             profile: bool = False) -> tuple[float, int]:  # fmt: skip
     """Changes per CPU second through ``on_change`` and notifications produced."""
-    rt, worker = _runtime(specs)
+    rt, ctx = _runtime(specs)
     make = _suite_changes if workload == "suite" else _synthetic_changes
-    stream = make(worker.codec, changes)
+    stream = make(ctx.codec, changes)
     on_change = rt.on_change
     prof = None
     if profile:
@@ -176,15 +144,15 @@ def measure(specs: list[ListenerSpec], changes: int = 50_000, workload: str = "s
         prof = cProfile.Profile()
         prof.enable()
     t0 = time.process_time()
-    for event, ekey, old, new, rec in stream:
-        on_change(worker, event, ekey, old, new, rec)
+    for p, offset, ts, ekey, old, new, rec in stream:
+        on_change(p, offset, ts, ekey, old, new, rec)
     dt = time.process_time() - t0
     if prof is not None:
         import pstats
 
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(12)
-    return len(stream) / dt, worker.count
+    return len(stream) / dt, ctx.count
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "encode_value",
     "listener_prefix",
     "notification",
+    "too_large",
 ]
 
 #: Header carrying the listener name, so readers of a shared output topic can skip the JSON.
@@ -54,9 +55,12 @@ def dumps(obj: Any) -> bytes:
 _encode = _ENCODER.encode
 
 
-def listener_prefix(listener: str) -> str:
-    """The constant start of every notification of ``listener`` (computed once per listener)."""
-    return '{"listener":' + _encode(listener) + ',"kind":"'
+def listener_prefix(listener: str, registration: str | None = None) -> str:
+    """The constant start of every notification of ``listener`` (computed once per listener):
+    its name and, if given, its registration (the ``created_at`` of the registration that
+    produced it: a new registration is a new stream)."""
+    reg = "" if registration is None else ',"registration":' + _encode(registration)
+    return '{"listener":' + _encode(listener) + reg + ',"kind":"'
 
 
 _str = json.encoder.encode_basestring  # the C encoder for str, as with ensure_ascii=False
@@ -66,7 +70,7 @@ _TABLE_CHANGE = {None: "null", "created": '"created"', "modified": '"modified"',
 
 def change_parts(
     type_: str, key: str, table_change: str | None, partition: int, offset: int | None,
-    version: int, ts: int, snapshot: bool = False,
+    version: int, ts: int, snapshot: bool = False, moved_to: str | None = None,
 ) -> tuple[str, str, str]:  # fmt: skip
     """The parts of a notification shared by every listener a change is sent to.
 
@@ -81,6 +85,8 @@ def change_parts(
     tail = (f',"table_change":{tc},"partition":{int(partition)},"offset":{off}'
             f',"version":{int(version)},"seq":')  # fmt: skip
     end = f',"ts":{int(ts)},"snapshot":true}}' if snapshot else f',"ts":{int(ts)}}}'
+    if moved_to is not None:  # removed because the entity moved to another group
+        end = end[:-1] + f',"moved_to":{_str(moved_to)}}}'
     return head, tail, end
 
 
@@ -139,12 +145,22 @@ def assemble(prefix: str, kind: str, parts: tuple[str, str, str], value_json: st
 def notification(
     listener: str, kind: str, type_: str, key: str, value: Mapping[str, Any] | None,
     table_change: str | None, partition: int, offset: int | None, version: int, seq: int,
-    ts: int, *, snapshot: bool = False,
+    ts: int, *, snapshot: bool = False, registration: str | None = None,
+    moved_to: str | None = None,
 ) -> bytes:  # fmt: skip
     """The JSON value of one notification (``snapshot`` marks include-current-state ones).
 
-    Keys, in order: listener, kind, key, type, value, table_change, partition, offset,
-    version, seq, ts and, for include-current-state ones, ``"snapshot": true``.
+    Keys, in order: listener, registration (if given), kind, key, type, value, table_change,
+    partition, offset, version, seq, ts and, for include-current-state ones,
+    ``"snapshot": true``, for an entity that moved to another group ``moved_to``.
     """
-    parts = change_parts(type_, key, table_change, partition, offset, version, ts, snapshot)
-    return assemble(listener_prefix(listener), kind, parts, encode_value(value), seq)
+    parts = change_parts(type_, key, table_change, partition, offset, version, ts, snapshot, moved_to)
+    return assemble(listener_prefix(listener, registration), kind, parts, encode_value(value), seq)
+
+
+def too_large(prefix: str, kind: str, parts: tuple[str, str, str], seq: int, size: int) -> bytes:
+    """The small notification that stands for one over its output topic's limit: the same
+    fields with a null ``value``, plus ``"error": "too-large"`` and the ``size`` it had."""
+    head, tail, end = parts
+    end = end[:-1] + f',"error":"too-large","size":{int(size)}}}'
+    return f"{prefix}{kind}{head}null{tail}{int(seq)}{end}".encode()

@@ -10,15 +10,13 @@ Records, by key:
 
 Clients (the CLI, the demo, :class:`listeners.client.ListenerClient`) use :func:`register`,
 :func:`remove`, :func:`renew`, :func:`list_listeners`, :func:`get_listener`. Workers follow the
-topic with :class:`RegistryFollower`.
+topic with :class:`listeners.follower.RegistryFollower`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -29,11 +27,11 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
 from fifolane.topics import create_topic
+from listeners.follower import RegistryRecord, registry_consumer
 from listeners.model import ListenerSpec
 
 __all__ = [
     "Progress",
-    "RegistryFollower",
     "RegistryRecord",
     "RegistryState",
     "ensure_output_topic",
@@ -136,14 +134,6 @@ def ensure_output_topic(settings: Settings, topic: str) -> int:
 
 
 # -- reading -------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class RegistryRecord:
-    """One registry record as read: key, value (None = tombstone), offset."""
-
-    key: str
-    value: bytes | None
-    offset: int
-
 
 @dataclass
 class RegistryState:
@@ -172,21 +162,11 @@ class RegistryState:
             self.invalid[rec.key] = str(exc)
 
 
-def _registry_consumer(settings: Settings) -> Consumer:
-    return Consumer(settings.kafka_config(**{
-        "group.id": f"fifolane-registry-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 100,
-    }))  # fmt: skip
-
-
 def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
     """Read the whole registry (committed records) and fold it."""
     state = RegistryState()
     topic = settings.registry_topic
-    consumer = _registry_consumer(settings)
+    consumer = registry_consumer(settings)
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if md is None or md.error is not None:
@@ -286,104 +266,3 @@ def remove(settings: Settings, name: str) -> bool:
         return False
     _write(settings, name, None)
     return True
-
-
-# -- following (workers) -------------------------------------------------------------------
-class RegistryFollower:
-    """Follows the registry from its beginning on a background thread.
-
-    The worker's poll thread takes the records with :meth:`drain` (in ``after_commit``) and
-    waits with :meth:`sync` until everything committed before the call has been read (on
-    partition assignment, so a worker never processes events with an outdated registry).
-    """
-
-    def __init__(self, settings: Settings, poll_timeout: float = 0.1) -> None:
-        self.settings = settings
-        self.poll_timeout = poll_timeout
-        self._queue: queue.SimpleQueue[RegistryRecord] = queue.SimpleQueue()
-        self._position = 0
-        self._target: int | None = None
-        self._want_target = threading.Event()
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._consumer: Consumer | None = None
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        ensure_registry_topic(self.settings)
-        self._consumer = _registry_consumer(self.settings)
-        self._consumer.assign([TopicPartition(self.settings.registry_topic, 0, OFFSET_BEGINNING)])
-        self._thread = threading.Thread(target=self._run, name="registry-follower", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
-        tp = TopicPartition(self.settings.registry_topic, 0)
-        try:
-            while not self._stop.is_set():
-                if self._want_target.is_set():
-                    # librdkafka calls on one consumer are not made from two threads here.
-                    _lo, high = consumer.get_watermark_offsets(tp, timeout=10)
-                    self._want_target.clear()
-                    with self._cond:
-                        self._target = high
-                        self._cond.notify_all()
-                msgs = consumer.consume(500, timeout=self.poll_timeout)
-                pos = self._position
-                for msg in msgs:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            pos = max(pos, msg.offset() or 0)
-                        else:
-                            log.warning("registry follower: %s", err)
-                        continue
-                    key = (msg.key() or b"").decode("utf-8", "replace")
-                    self._queue.put(RegistryRecord(key, msg.value(), msg.offset() or 0))
-                    pos = max(pos, (msg.offset() or 0) + 1)
-                if pos != self._position:
-                    with self._cond:
-                        self._position = pos
-                        self._cond.notify_all()
-        except BaseException as exc:  # surfaced by sync()
-            self.error = exc
-            log.exception("registry follower stopped")
-        finally:
-            consumer.close()
-
-    def drain(self) -> list[RegistryRecord]:
-        """The records read since the last call, in registry order."""
-        out = []
-        while True:
-            try:
-                out.append(self._queue.get_nowait())
-            except queue.Empty:
-                return out
-
-    def sync(self, timeout: float = 30.0) -> bool:
-        """Wait until every record before the registry's current end has been read.
-
-        Records of transactions still open at the call are waited for too (a new partition
-        owner then sees the previous owner's last snapshot progress). False on timeout.
-        """
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            self._target = None
-            self._want_target.set()
-            while self._target is None or self._position < self._target:
-                if self.error is not None or self._thread is None or not self._thread.is_alive():
-                    return False
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    log.warning("registry not caught up after %.0fs (at %d of %s)", timeout,
-                                self._position, self._target)  # fmt: skip
-                    return False
-                self._cond.wait(min(left, 0.5))
-        return True
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)

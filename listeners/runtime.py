@@ -1,45 +1,28 @@
-"""The worker side of cluster listeners: a change sink for :class:`services.worker.runtime.Worker`.
+"""The worker side of cluster listeners: a change sink (services.worker.sink.ChangeSink).
 
-``ListenerRuntime(settings)`` is passed as ``Worker(..., listeners=runtime)``. Everything runs on
-the worker's poll thread except :class:`listeners.registry.RegistryFollower`, which reads the
-registry topic in the background and hands records over.
+``ListenerRuntime(settings)`` is passed as ``Worker(..., sink=runtime)``. It sees the worker
+only through its sink context (produce in the open transaction, committed rows, decode), and
+wires these parts, each in its own module:
 
-Registry. Records are applied at every ``after_commit`` (a safe point), and on partition
-assignment after waiting until the registry is read to its current end, so a worker (also one
-started later) never processes a partition with an outdated listener set. A removal therefore
-stops delivery for changes applied later than about one registry poll (0.1 s) plus one
-checkpoint interval (``--commit-interval``, 0.25 s) after the tombstone is written. The worker
-owning input partition 0 is the housekeeper: it tombstones expired leases and dead-letters
-registrations that do not validate (reason ``invalid-listener``, and tombstones them); every
-worker stops delivering to an expired listener on its own at once.
+- :class:`listeners.follower.RegistryFollower` reads the registry topic on a thread;
+  :class:`listeners.registry_view.RegistryView` folds it into registrations. Records are
+  applied at every checkpoint (a safe point), and a newly assigned partition is processed
+  only once the registry is read to its end as of the assignment (:meth:`ready`), so no
+  partition runs with an outdated listener set, also while the follower restarts;
+- :class:`listeners.matcher.ListenerSet` decides, per table change, which listeners get a
+  notification of which kind; :class:`listeners.notifier.Notifier` numbers
+  (:class:`listeners.journal.SeqJournal`) and produces them in the worker's transaction, so
+  live notifications commit exactly once with their change;
+- :class:`listeners.snapshots.Snapshots` announces the current state to
+  include-current-state listeners, chunk by chunk;
+- :class:`listeners.registry_view.Housekeeper`: the worker owning input partition 0
+  dead-letters invalid registrations, once.
 
-Per change (``on_change``): nothing at all when no listener exists or none applies to the
-entity type; else one :meth:`ListenerSet.match_lazy` call, which decodes the old row only if
-an expression or an index lookup needs it (the index reads the old state's group and key
-fields from the row and the entity key, when those are plain string fields, as they are
-written by the worker). Each notification is sent with
-``worker.produce`` to the listener's output topic, partition = the source partition, key = the
-state-topic key, so it commits in the same Kafka transaction as the state change: live
-notifications are exactly once with the change.
-
-Sequence numbers (:mod:`listeners.seq`): per listener and source partition, consecutive from
-``epoch * DELTA`` where the epoch is taken at partition assignment; counters of an aborted
-transaction are rolled back, so a run stays gap-free.
-
-Include current state (per listener and owned partition). The owner announces the existing
-entities in key order, in chunks, each read at an ``after_commit`` safe point from committed
-RocksDB state. Live notifications of that listener for keys *after* the cursor are held back
-(the chunk that reaches the key announces its then current state); keys at or before the
-cursor get live notifications. So, per key, the consumer sees the state as of its chunk, then
-every later change: nothing lost, nothing repeated at the seam. Each chunk writes its progress
-(``<name>/snapshot/<partition>``, :class:`listeners.registry.Progress`) to the registry in the
-same transaction as its notifications; a new owner (after a move or a crash) resumes from the
-committed cursor, so the snapshot is neither repeated nor lost. Snapshot notifications carry
-``"snapshot": true``, ``table_change`` and ``offset`` null, and the same sequence numbers as
-live ones (one counter).
-
-With ``--guarantee at-least-once`` there are no transactions: after a crash, replayed changes
-are notified again with numbers of the new run (duplicates then cannot be recognised by seq).
+A listener whose filter or converter takes longer than its budget for one change (a CEL
+evaluation over ``budget`` seconds) is suspended on this worker: it stops receiving
+notifications here, the worker and the other listeners go on, and a status record
+(``<name>/status/<worker>``) says why, shown by ``fifolane listeners describe``. Registering
+it again (a new registration) lifts the suspension.
 """
 
 from __future__ import annotations
@@ -47,193 +30,153 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
-from listeners.index import lookup
-from listeners.matcher import Change, Known, ListenerSet, ListenerStats
+from listeners.follower import RegistryFollower, RegistryRecord
+from listeners.hints import Hints
+from listeners.journal import SeqJournal
+from listeners.matcher import BUDGET_S, Change, ListenerSet, ListenerStats
 from listeners.model import ListenerSpec
-from listeners.notify import HEADER_LISTENER, assemble, change_parts, encode_value
-from listeners.notify import listener_prefix as _prefix
-from listeners.registry import (
-    Progress,
-    RegistryFollower,
-    RegistryRecord,
-    ensure_output_topic,
-    parse_progress_key,
-    progress_key,
-    same_definition,
-)
-from listeners.seq import DELTA, next_epoch
+from listeners.notifier import Active, Notifier
+from listeners.notify import change_parts, encode_value
+from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
+from listeners.registry_view import Housekeeper, RegistryView, status_record
+from listeners.snapshots import Snapshots
+from services.worker.sink import Row, SinkContext
 
 __all__ = ["ListenerRuntime"]
 
 log = logging.getLogger(__name__)
 
 _MISSING: Any = object()
-_SNAP = 1  # journal table of snapshot cursors
-_Key = tuple[str, int]  # (listener, source partition)
 #: Registry batches larger than this are logged as a summary, not one line per listener.
 _LOG_EACH = 20
 
 
-@dataclass(slots=True)
-class _Active:
-    spec: ListenerSpec
-    topic: str
-    partitions: int
-    headers: list[tuple[str, bytes]]
-    prefix: str  # the constant start of its notifications' JSON
-    #: Next sequence number per owned source partition.
-    seq: dict[int, int] = field(default_factory=dict)
-    #: Per partition, the number before the open transaction's first notification (-1: none).
-    undo: dict[int, int] = field(default_factory=dict)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _decoded(decode: Callable[[bytes], Any], raw: bytes) -> Any:
-    return decode(raw).record
-
-
-_Path = tuple[str, ...]
-#: An entity type whose old rows tell nothing about the old state's fields.
-_NO_HINT: tuple[_Path | None, _Path | None] = (None, None)
-
-
-def _string_path(schema: Any, path: str) -> _Path | None:
-    """``path`` as a tuple if it names a non-null ``string`` field (through nested records)
-    of the Avro record ``schema``, else None."""
-    names = tuple(path.split("."))
-    node = schema
-    for i, name in enumerate(names):
-        if not isinstance(node, dict) or node.get("type") != "record":
-            return None
-        field = next((f for f in node.get("fields", ()) if f.get("name") == name), None)
-        if field is None:
-            return None
-        node = field.get("type")
-        if i == len(names) - 1:
-            if node == "string" or (isinstance(node, dict) and node.get("type") == "string"
-                                    and "logicalType" not in node):  # fmt: skip
-                return names
-            return None
-    return None
+    return decode(raw)
 
 
 class ListenerRuntime:
     """Evaluates registered listeners for a worker (see the module docstring).
 
-    ``snapshot_batch``: entities scanned per ``after_commit`` for include-current-state
-    (shared by the snapshots in progress); ``housekeeping_interval``: seconds between lease
-    and invalid-registration checks; ``topic_partitions``: see the attribute.
+    ``snapshot_batch``: entities scanned per checkpoint for include-current-state (shared by
+    the snapshots in progress); ``housekeeping_interval``: seconds between lease and
+    invalid-registration checks; ``topic_partitions``: output topic -> partition count,
+    creating it if missing (replaceable in benchmarks); ``budget``: seconds one CEL
+    evaluation may take before its listener is suspended here.
     """
 
     def __init__(self, settings: Settings, *, snapshot_batch: int = 5000,
-                 housekeeping_interval: float = 0.5, sync_timeout: float = 60.0,
-                 topic_partitions: Callable[[str], int] | None = None) -> None:  # fmt: skip
+                 housekeeping_interval: float = 0.5,
+                 topic_partitions: Callable[[str], int] | None = None,
+                 budget: float = BUDGET_S, follower: RegistryFollower | None = None) -> None:
         self.settings = settings
-        #: Output topic -> partition count, creating it if missing (replaceable in benchmarks).
         self.topic_partitions = topic_partitions or (lambda t: ensure_output_topic(settings, t))
-        self.snapshot_batch = snapshot_batch
         self.housekeeping_interval = housekeeping_interval
-        self.sync_timeout = sync_timeout
-        self.listeners = ListenerSet()
-        self._specs: dict[str, ListenerSpec] = {}  # latest valid registrations
-        self._active: dict[str, _Active] = {}  # the ones in the matcher
-        self._invalid: dict[str, tuple[RegistryRecord, str]] = {}
-        self._invalid_sent: dict[str, tuple[RegistryRecord, str]] = {}
-        self._expiry_sent: set[tuple[str, str]] = set()
-        self._durable: dict[_Key, Progress] = {}  # committed progress, from the registry
-        self._snap: dict[_Key, Progress] = {}  # snapshots in progress on owned partitions
-        self._undo: dict[tuple[int, _Key], Any] = {}  # snapshot cursors since the last commit
-        self._dirty: list[_Active] = []  # listeners that numbered since the last commit
+        self.listeners = ListenerSet(budget)
+        self.journal = SeqJournal()
+        self.snapshots = Snapshots(settings.registry_topic, snapshot_batch)
+        self.view = RegistryView(self.snapshots.durable)
+        self._follower = follower or RegistryFollower(settings, ensure_topic=ensure_registry_topic)
+        self._ctx: SinkContext | None = None
+        self._notifier: Notifier | None = None
+        self._keeper: Housekeeper | None = None
+        self._hints: Hints | None = None
+        self._active: dict[str, Active] = {}
+        self._suspended: dict[str, tuple[str, str]] = {}  # name -> (registration, reason)
+        self._status_out: list[tuple[bytes, bytes]] = []  # to produce at the next safe point
+        self._status_sent: list[tuple[bytes, bytes]] = []  # produced, not yet committed
         self._owned: set[int] = set()
-        self._epoch: dict[int, int] = {}
-        self._last_epoch = 0
-        self._aborts = 0
+        self._waiting: set[int] = set()  # assigned, snapshots not begun (registry not read yet)
         self._live = False
         self._any_type = False
         self._types: frozenset[bytes] = frozenset()
         self._untyped = 0  # active listeners without a type
         self._typed: Counter[bytes] = Counter()  # active listeners per type
-        self._leased: dict[str, ListenerSpec] = {}  # registrations with a lease
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
-        #: entity type -> paths of its group and key fields, where old rows carry them
-        self._hints: dict[bytes, tuple[_Path | None, _Path | None]] = {}
-        self._follower: RegistryFollower | None = None
         self._next_housekeeping = 0.0
         self._verbose = True
-        #: Counters: notifications sent live and from snapshots, invalid registrations
-        #: dead-lettered, expired leases tombstoned.
+        #: live notifications sent, expired leases seen
         self.live_sent = 0
-        self.snapshot_sent = 0
-        self.dead_lettered = 0
         self.expired = 0
 
-    # -- public ----------------------------------------------------------------------------
+    # -- public --------------------------------------------------------------------------------
     def names(self) -> list[str]:
         """The listeners this worker currently delivers to."""
         return sorted(self._active)
 
     def stats(self, name: str) -> ListenerStats:
-        """Per-listener counters (notifications, run-time expression errors)."""
+        """Per-listener counters (notifications, run-time expression errors, overruns)."""
         return self.listeners.stats(name)
 
-    def snapshot_pending(self) -> list[_Key]:
+    def suspended(self) -> dict[str, str]:
+        """Listeners suspended on this worker, and why."""
+        return {name: reason for name, (_reg, reason) in self._suspended.items()}
+
+    def snapshot_pending(self) -> list[tuple[str, int]]:
         """(listener, partition) pairs whose include-current-state snapshot is in progress."""
-        return sorted(self._snap)
+        return self.snapshots.pending
 
-    def close(self) -> None:
-        """Stop following the registry."""
-        if self._follower is not None:
-            self._follower.stop()
-            self._follower = None
+    @property
+    def snapshot_sent(self) -> int:
+        return self.snapshots.sent
 
-    # -- worker hooks ----------------------------------------------------------------------
-    def on_assign(self, worker: Any, partitions: list[int]) -> None:
-        """New partitions: catch up with the registry, open a run (epoch), resume snapshots."""
-        self._sync(worker)
-        self._last_epoch = next_epoch(self._last_epoch)
-        for p in partitions:
-            self._owned.add(p)
-            self._epoch[p] = self._last_epoch
+    @property
+    def dead_lettered(self) -> int:
+        return self._keeper.dead_lettered if self._keeper is not None else 0
+
+    @property
+    def follower(self) -> RegistryFollower:
+        return self._follower
+
+    # -- the sink (services.worker.sink.ChangeSink) --------------------------------------------
+    def open(self, ctx: SinkContext) -> None:
+        self._ctx = ctx
+        self._notifier = Notifier(self.journal, ctx.produce)
+        self._keeper = Housekeeper(self.settings.registry_topic, self.settings.dlq_topic, ctx.worker_id,
+                                   self._dead_letter, ctx.produce)
+        self._hints = Hints(ctx.entity_type)
+        if not self._follower.alive:
+            self._follower.start()
+        self._follower.mark()
+
+    def on_assign(self, partitions: list[int]) -> None:
+        """New partitions: they run once the registry is read to its end as of now."""
+        self._owned.update(partitions)
+        self._waiting.update(partitions)
+        self._follower.mark()
+
+    def ready(self) -> bool:
+        if not self._waiting:
+            return True
+        if not self._follower.caught_up():
+            return False
+        self._apply(self._follower.drain())
+        for p in sorted(self._waiting):
             for act in self._active.values():
-                self._begin_snapshot(act.spec, p)
+                self.snapshots.begin(act.spec, p)
+        self._waiting.clear()
+        return True
 
-    def on_release(self, worker: Any, partitions: list[int]) -> None:
-        """Partitions gone: forget their counters and snapshots."""
-        if (self._undo or self._dirty) and not getattr(worker, "_txn_open", True):
-            self._rollback()  # lost partitions: the open transaction was aborted
+    def on_release(self, partitions: list[int]) -> None:
         gone = set(partitions)
         self._owned -= gone
-        for p in gone:
-            self._epoch.pop(p, None)
-        for act in self._active.values():
-            if act.seq:
-                for p in gone:
-                    act.seq.pop(p, None)
-                    act.undo.pop(p, None)
-        for k in [k for k in self._snap if k[1] in gone]:
-            del self._snap[k]
-        for uk in [uk for uk in self._undo if uk[1][1] in gone]:
-            del self._undo[uk]
+        self._waiting -= gone
+        self.journal.release(gone)
+        self.snapshots.release(gone)
 
-    def wants_records(self, types: Iterable[str]) -> bool:
-        """Whether a change of one of ``types`` can notify a listener now, that is whether
-        on_change would decode its record (the worker then decodes it up front instead of
-        reading only key, group and version)."""
+    def needs_records(self, types: Collection[str]) -> bool:
         return self._live and (self._any_type or any(t.encode() in self._types for t in types))
 
-    def on_change(self, worker: Any, event: Any, ekey: bytes, old: Any, new: Any,
-                  record: dict[str, Any] | None) -> None:  # fmt: skip
+    def on_change(self, partition: int, offset: int | None, timestamp: int, ekey: bytes,
+                  old: Row | None, new: Row, record: dict[str, Any] | None,
+                  moved_to: str | None = None) -> None:
         """One applied table write: notify the listeners it concerns."""
         if not self._live:
             return
@@ -241,9 +184,8 @@ class ListenerRuntime:
         tb = ekey[:slash]
         if not self._any_type and tb not in self._types:
             return
-        if worker.stats.aborts != self._aborts:
-            self._rollback()
-            self._aborts = worker.stats.aborts
+        ctx = self._ctx
+        assert ctx is not None and self._hints is not None and self._notifier is not None
         old_live = old is not None and not old.deleted
         if new.deleted:
             if not old_live:
@@ -252,163 +194,131 @@ class ListenerRuntime:
             new_rec = None
         else:
             table_change = "modified" if old_live else "created"
-            new_rec = record if record is not None else worker.codec.decode(new.value).record
+            assert new.value is not None
+            new_rec = record if record is not None else ctx.decode(new.value)
         type_ = tb.decode()
         key = ekey[slash + 1 :].decode()
-        p = event.partition
         old_state: Any = None
-        known: tuple[Known, ...] = ()
+        known: tuple[Any, ...] = ()
         if old_live:
+            assert old is not None and old.value is not None
             # Decoded only if an expression or an index lookup needs the old state: the
             # index takes the group and key fields from the row and the entity key.
-            old_state = partial(_decoded, worker.codec.decode, old.value)
-            hint = self._hints.get(tb)
-            if hint is None:
-                hint = self._hint(worker, type_, tb)
-            if hint is not _NO_HINT:
-                known = self._known(hint, tb, key, old, new, new_rec)
-        offset, ts, version = event.offset, event.timestamp, new.version
+            old_state = partial(_decoded, ctx.decode, old.value)
+            known = self._hints.known(tb, type_, key, old, new, new_rec)
+        version = new.version
         notes = self.listeners.match_lazy(type_, key, new_rec, old_state, table_change,
-                                          (p, offset, ts, version), known)  # fmt: skip
+                                          (partition, offset, timestamp, version), known)  # fmt: skip
+        if self.listeners.overruns:
+            self._suspend_overrun()
         if not notes:
             return
-        snap = self._snap
+        snaps = self.snapshots
         active = self._active
-        parts = change_parts(type_, key, table_change, p, offset, version, ts)
+        parts = change_parts(type_, key, table_change, partition, offset, version, timestamp,
+                             moved_to=moved_to)
         # Listeners without a converter share the projection (the new record): encode once.
         last_value: Any = _MISSING
         value_json = ""
+        send = self._notifier.send
         for n in notes:
-            if snap:
-                st = snap.get((n.listener, p))
-                if st is not None and (st.cursor is None or ekey > st.cursor):
-                    continue  # its snapshot chunk will announce the then current state
+            act = active.get(n.listener)
+            if act is None:
+                continue  # suspended by this very change
+            if snaps and snaps.holds(n.listener, partition, ekey):
+                continue  # its snapshot chunk will announce the then current state
             if n.value is not last_value:
                 last_value = n.value
                 value_json = encode_value(n.value)
-            self._send(worker, active[n.listener], n.kind, p, ekey, parts, value_json)
+            send(act, n.kind, partition, ekey, parts, value_json)
             self.live_sent += 1
 
-    def _hint(self, worker: Any, type_: str, tb: bytes) -> tuple[_Path | None, _Path | None]:
-        """The entity type's group and key field paths, each if it is a plain string field
-        (then a stored row's group and the entity key equal the old state's fields)."""
-        entity = getattr(getattr(worker.codec, "catalog", None), "types", {}).get(type_)
-        hint = _NO_HINT
-        if entity is not None:
-            hint = (_string_path(entity.schema, entity.group_path),
-                    _string_path(entity.schema, entity.key_path))  # fmt: skip
-            if hint == _NO_HINT:
-                hint = _NO_HINT
-        self._hints[tb] = hint
-        return hint
-
-    def _known(self, hint: tuple[_Path | None, _Path | None], tb: bytes, key: str, old: Any,
-               new: Any, new_rec: Any) -> tuple[Known, ...]:  # fmt: skip
-        gpath, kpath = hint
-        if new_rec is not None and (
-            (gpath is not None and (new_rec.get(gpath[0]) if len(gpath) == 1
-                                    else lookup(new_rec, gpath)) != new.group)
-            or (kpath is not None and (new_rec.get(kpath[0]) if len(kpath) == 1
-                                       else lookup(new_rec, kpath)) != key)
-        ):  # never seen: rows not written like the worker does; decode from now on
-            log.warning("listeners: %s rows do not carry their group/key fields as written; "
-                        "decoding old states for the index", tb.decode())  # fmt: skip
-            self._hints[tb] = _NO_HINT
-            return ()
-        if gpath is None:
-            return ((kpath, key),) if kpath is not None else ()
-        if kpath is None:
-            return ((gpath, old.group),)
-        return ((gpath, old.group), (kpath, key))
-
-    def after_commit(self, worker: Any) -> None:
+    def after_commit(self) -> None:
         """Safe point: settle the journal, apply the registry, housekeeping, snapshot chunks."""
-        if self._follower is None:
-            self._sync(worker)
-        if worker.stats.aborts != self._aborts:
-            self._rollback()
-            self._aborts = worker.stats.aborts
-        else:
-            self._undo.clear()
-            for act in self._dirty:
-                act.undo.clear()
-            self._dirty.clear()
-            self._invalid_sent.clear()
-        assert self._follower is not None
+        assert self._ctx is not None and self._keeper is not None
+        self.journal.commit()
+        self.snapshots.commit()
+        self._keeper.commit(self.view)
+        self._status_sent.clear()
         records = self._follower.drain()
         if records:
-            self._apply(worker, records)
+            self._apply(records)
         now = time.monotonic()
         if now >= self._next_housekeeping:
             self._next_housekeeping = now + self.housekeeping_interval
-            self._housekeeping(worker)
-        if self._snap:
-            self._snapshot_chunks(worker)
+            self._expire()
+            if 0 in self._owned:
+                self._keeper.run(self.view)
+        if self._status_out:
+            for key, value in self._status_out:
+                self._ctx.produce(self.settings.registry_topic, value, key, 0)
+            self._status_sent, self._status_out = self._status_out, []
+        if self.snapshots:
+            ctx = self._ctx
+            self.snapshots.chunks(self._owned, ctx.committed_rows, self._type_of, self._announce, ctx.produce)
 
-    # -- registry --------------------------------------------------------------------------
-    def _sync(self, worker: Any) -> None:
-        if self._follower is None:
-            self._follower = RegistryFollower(self.settings)
-            self._follower.start()
-        self._follower.sync(self.sync_timeout)
-        records = self._follower.drain()
-        if records:
-            self._apply(worker, records)
+    def after_abort(self) -> None:
+        """The transaction aborted: take back its numbers, cursors and records."""
+        self.journal.rollback()
+        self.snapshots.rollback()
+        if self._keeper is not None:
+            self._keeper.rollback()
+        self._status_out = self._status_sent + self._status_out
+        self._status_sent = []
 
-    def _apply(self, worker: Any, records: list[RegistryRecord]) -> None:
-        latest: dict[str, RegistryRecord] = {}  # registrations: the last record per name
-        for rec in records:
-            pk = parse_progress_key(rec.key)
-            if pk is None:
-                latest[rec.key] = rec
-            elif rec.value is None:
-                self._durable.pop(pk, None)
-            else:
-                try:
-                    self._durable[pk] = Progress.from_json(rec.value)
-                except (ValueError, KeyError, TypeError) as exc:
-                    log.warning("ignoring bad progress record %r: %s", rec.key, exc)
-        self._verbose = len(latest) <= _LOG_EACH
+    def close(self) -> None:
+        self._follower.stop()
+
+    def metrics(self) -> dict[str, float]:
+        f = self._follower
+        return {
+            "listeners_active": len(self._active),
+            "listeners_suspended": len(self._suspended),
+            "listener_notifications": self.live_sent + self.snapshots.sent,
+            "listener_notifications_too_large": self._notifier.too_large if self._notifier else 0,
+            "listener_snapshots_pending": len(self.snapshots.pending),
+            "listener_invalid_registrations": len(self.view.invalid),
+            "registry_follower_healthy": float(f.healthy and f.alive),
+            "registry_follower_restarts": f.restarts,
+        }
+
+    # -- registry ------------------------------------------------------------------------------
+    def _apply(self, records: list[RegistryRecord]) -> None:
+        changed = self.view.apply(records)
+        self._verbose = len(changed) <= _LOG_EACH
         try:
-            # Parse and reconcile one name at a time: the matcher then reuses the filter
-            # compiled by the spec's validation (expr's compile cache) even for huge batches.
-            for name, rec in latest.items():
-                self._specs.pop(name, None)
-                self._leased.pop(name, None)
-                self._invalid.pop(name, None)
-                if rec.value is not None:
-                    try:
-                        spec = ListenerSpec.from_json(rec.value)
-                    except (ListenerError, ExpressionError, TypeError, ValueError) as exc:
-                        self._invalid[name] = (rec, str(exc))
-                        log.warning("invalid listener registration %r: %s", name, exc)
-                    else:
-                        self._specs[name] = spec
-                        if spec.lease is not None:
-                            self._leased[name] = spec
-                self._reconcile(worker, name)
+            for name in changed:
+                self._reconcile(name)
         finally:
             self._verbose = True
-        if len(latest) > _LOG_EACH:
+        if len(changed) > _LOG_EACH:
             log.info("registry: %d registrations applied, %d listeners active",
-                     len(latest), len(self._active))  # fmt: skip
+                     len(changed), len(self._active))  # fmt: skip
 
-    def _reconcile(self, worker: Any, name: str) -> None:
-        spec = self._specs.get(name)
-        want = spec is not None and not spec.is_expired()
+    def apply_records(self, records: list[RegistryRecord]) -> None:
+        """Apply registry records directly (unit tests and benchmarks without a registry)."""
+        self._apply(records)
+
+    def _reconcile(self, name: str) -> None:
+        spec = self.view.specs.get(name)
+        instance = spec.created_at.isoformat() if spec is not None else None
+        held = self._suspended.get(name)
+        if held is not None and held[0] != instance:
+            del self._suspended[name]  # registered again: a new chance
+            held = None
+        want = spec is not None and not spec.is_expired() and held is None
         act = self._active.get(name)
         if act is not None and spec is not None and want and same_definition(act.spec, spec) \
                 and act.spec.created_at == spec.created_at:  # fmt: skip
             act.spec = spec  # a renewal
             return
         if act is not None:
-            self._deactivate(
-                worker, name, forget=spec is None or spec.created_at != act.spec.created_at
-            )
+            self._deactivate(name, forget=spec is None or spec.created_at != act.spec.created_at)
         if want and spec is not None:
             self._activate(spec)
 
     def _activate(self, spec: ListenerSpec) -> None:
+        assert self._ctx is not None
         try:
             self.listeners.add(spec)
         except (ListenerError, ExpressionError) as exc:  # from_json validated; be safe
@@ -418,32 +328,20 @@ class ListenerRuntime:
         parts = self._partitions.get(topic)
         if parts is None:  # one metadata round trip per output topic, not per listener
             parts = self._partitions[topic] = self.topic_partitions(topic)
-        self._active[spec.name] = _Active(
-            spec,
-            topic,
-            parts,
-            [(HEADER_LISTENER, spec.name.encode())],
-            _prefix(spec.name),
-        )
+        self._active[spec.name] = Active.of(spec, topic, parts, self._ctx.room(topic))
         self._retype(spec, +1)
-        for p in self._owned:
-            self._begin_snapshot(spec, p)
+        for p in self._owned - self._waiting:
+            self.snapshots.begin(spec, p)
         if self._verbose:
             log.info("listener %r active (filter %r)", spec.name, spec.filter)
 
-    def _deactivate(self, worker: Any, name: str, *, forget: bool) -> None:
+    def _deactivate(self, name: str, *, forget: bool) -> None:
+        assert self._ctx is not None
         self.listeners.remove(name)
         act = self._active.pop(name)
         self._retype(act.spec, -1)
-        # Per (listener, partition) state only exists for owned partitions (on_release drops
-        # the rest): cost per removal is O(owned partitions), not O(listeners x partitions).
-        for p in self._owned:  # (its sequence numbers go with its _Active)
-            k = (name, p)
-            self._snap.pop(k, None)
-            self._undo.pop((_SNAP, k), None)
-            if forget and k in self._durable:  # removed or replaced: clean up its progress
-                worker.produce(self.settings.registry_topic, None, progress_key(*k).encode(),
-                               partition=0)  # fmt: skip
+        self.journal.end(name)  # a later activation is a new run of numbers
+        self.snapshots.end(name, self._owned, forget=forget, produce=self._ctx.produce)
         if self._verbose:
             log.info("listener %r inactive", name)
 
@@ -460,135 +358,54 @@ class ListenerRuntime:
         self._live = bool(self._active)
         self._any_type = self._untyped > 0
 
-    def _housekeeping(self, worker: Any) -> None:
+    def _expire(self) -> None:
+        """Leases that ran out: inactive here at once (never deleted from the registry)."""
         now = datetime.now(UTC)
-        keeper = 0 in self._owned
-        for name, spec in list(self._leased.items()):
-            if not spec.is_expired(now):
-                continue
-            if name in self._active:
-                self._deactivate(worker, name, forget=False)
-                log.info("listener %r: lease expired at %s", name, spec.expires_at)
-            stamp = (name, (spec.renewed_at or spec.created_at).isoformat())
-            if keeper and stamp not in self._expiry_sent:
-                self._expiry_sent.add(stamp)
-                worker.produce(self.settings.registry_topic, None, name.encode(), partition=0)
+        for name, act in list(self._active.items()):
+            if act.spec.lease is not None and act.spec.is_expired(now):
+                self._deactivate(name, forget=False)
                 self.expired += 1
-        if keeper and self._invalid:
-            from services.worker.dlq import dead_letter_headers
+                log.info("listener %r: lease expired at %s", name, act.spec.expires_at)
 
-            for name, (rec, error) in list(self._invalid.items()):
-                headers = dead_letter_headers(None, self.settings.registry_topic, 0, rec.offset,
-                                              "invalid-listener", error, worker.opts.worker_id)  # fmt: skip
-                worker.produce(self.settings.dlq_topic, rec.value, name.encode(), headers=headers)
-                worker.produce(self.settings.registry_topic, None, name.encode(), partition=0)
-                self._invalid_sent[name] = self._invalid.pop(name)
-                self.dead_lettered += 1
-
-    # -- sequence numbers and the journal ----------------------------------------------------
-    def _journal(self, table: int, d: dict[_Key, Any], k: _Key) -> None:
-        uk = (table, k)
-        if uk not in self._undo:
-            self._undo[uk] = d.get(k, _MISSING)
-
-    def _rollback(self) -> None:
-        """The transaction since the last commit aborted: restore counters and cursors."""
-        for act in self._dirty:
-            for p, before in act.undo.items():
-                if before < 0:
-                    act.seq.pop(p, None)
-                else:
-                    act.seq[p] = before
-            act.undo.clear()
-        self._dirty.clear()
-        for (_table, k), old in self._undo.items():
-            if old is _MISSING:
-                self._snap.pop(k, None)
-            else:
-                self._snap[k] = old
-        self._undo.clear()
-        self._invalid.update(self._invalid_sent)
-        self._invalid_sent.clear()
-
-    def _send(self, worker: Any, act: _Active, kind: str, p: int, ekey: bytes,
-              parts: tuple[str, str, str], value_json: str) -> None:  # fmt: skip
-        """Number and produce one notification (``parts``: :func:`change_parts` of the change,
-        ``value_json``: :func:`encode_value` of its projection)."""
-        seqs = act.seq
-        seq = seqs.get(p)
-        undo = act.undo
-        if p not in undo:  # its first one in this transaction: journal the number
-            if not undo:
-                self._dirty.append(act)
-            undo[p] = -1 if seq is None else seq
-        if seq is None:
-            seq = self._epoch.get(p, self._last_epoch) * DELTA
-        seqs[p] = seq + 1
-        value = assemble(act.prefix, kind, parts, value_json, seq)
-        worker.produce(act.topic, value, ekey, p % act.partitions, act.headers)
-
-    # -- include current state -------------------------------------------------------------
-    def _begin_snapshot(self, spec: ListenerSpec, p: int) -> None:
-        if not spec.include_current_state or "created" not in spec.kinds:
-            return
-        instance = spec.created_at.isoformat()
-        k = (spec.name, p)
-        d = self._durable.get(k)
-        if d is not None and d.instance == instance:
-            if not d.done:
-                self._snap[k] = d
-        else:
-            self._snap[k] = Progress(spec.name, p, instance)
-
-    def _snapshot_chunks(self, worker: Any) -> None:
-        keys = [k for k in self._snap if k[1] in self._owned]
-        if not keys:
-            return
-        budget = max(200, self.snapshot_batch // len(keys))
-        for k in keys:
-            self._snapshot_chunk(worker, k, budget)
-
-    def _snapshot_chunk(self, worker: Any, k: _Key, budget: int) -> None:
-        name, p = k
-        st = self._snap[k]
-        act = self._active.get(name)
-        store = worker.stores.stores.get(p)
-        if act is None or store is None:
-            return
-        decode = worker.codec.decode
-        prefix = act.spec.type.encode() + b"/" if act.spec.type else None
-        now = _now_ms()
-        cursor, sent, scanned, done = st.cursor, st.sent, 0, True
-        for ekey, row in store.iter_committed(after=cursor):
-            if scanned >= budget:
-                done = False
-                break
-            scanned += 1
-            cursor = ekey
-            if prefix is not None and not ekey.startswith(prefix):
+    def _suspend_overrun(self) -> None:
+        assert self._ctx is not None
+        for name in self.listeners.take_overruns():
+            act = self._active.get(name)
+            if act is None:
                 continue
-            type_, _, key = ekey.decode().partition("/")
-            change = Change(type_, key, decode(row.value).record, None, "created", {
-                "partition": p, "offset": None, "timestamp": now, "version": row.version,
-                "type": type_,
-            })  # fmt: skip
-            n = self.listeners.match_current(name, change)
-            if n is not None:
-                parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
-                self._send(worker, act, n.kind, p, ekey, parts, encode_value(n.value))
-                sent += 1
-                self.snapshot_sent += 1
-        progress = Progress(name, p, st.instance, cursor, done, sent)
-        self._journal(_SNAP, self._snap, k)
-        if done:
-            del self._snap[k]
-            log.info("listener %r: current state of partition %d sent (%d)", name, p, sent)
-        else:
-            self._snap[k] = progress
-        worker.produce(self.settings.registry_topic, progress.to_json(),
-                       progress_key(name, p).encode(), partition=0)  # fmt: skip
+            st = self.listeners.stats(name)
+            reason = (f"an evaluation took {st.longest * 1000:.0f} ms, over the budget of "
+                      f"{self.listeners.budget * 1000:.0f} ms per change: simplify the filter or "
+                      "converter, then register it again")
+            registration = act.spec.created_at.isoformat()
+            self._deactivate(name, forget=False)
+            self._suspended[name] = (registration, reason)
+            self._status_out.append(status_record(name, self._ctx.worker_id, "suspended", reason, registration))
+            log.warning("listener %r suspended on this worker: %s", name, reason)
 
-    # -- for tests and benchmarks ----------------------------------------------------------
-    def apply_records(self, worker: Any, records: Iterable[RegistryRecord]) -> None:
-        """Apply registry records directly (unit tests, benchmarks without a registry)."""
-        self._apply(worker, list(records))
+    def _dead_letter(self, rec: RegistryRecord, error: str) -> None:
+        assert self._ctx is not None
+        self._ctx.dead_letter(rec.key.encode(), rec.value, list(rec.headers), self.settings.registry_topic,
+                              0, rec.offset, "invalid-listener", error)
+
+    # -- include current state -----------------------------------------------------------------
+    def _type_of(self, name: str) -> str | None:
+        act = self._active.get(name)
+        return act.spec.type if act is not None else None
+
+    def _announce(self, name: str, p: int, ekey: bytes, row: Row) -> bool:
+        act = self._active.get(name)
+        if act is None or row.value is None:
+            return False
+        assert self._ctx is not None and self._notifier is not None
+        type_, _, key = ekey.decode().partition("/")
+        now = int(time.time() * 1000)
+        change = Change(type_, key, self._ctx.decode(row.value), None, "created", {
+            "partition": p, "offset": None, "timestamp": now, "version": row.version, "type": type_,
+        })  # fmt: skip
+        n = self.listeners.match_current(name, change)
+        if n is None:
+            return False
+        parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
+        self._notifier.send(act, n.kind, p, ekey, parts, encode_value(n.value))
+        return True

@@ -78,6 +78,7 @@ def make_settings(bootstrap: str, home: Path | None = None, **overrides: Any) ->
         "registry_topic": f"test.listeners.{suffix}",
         "dlq_topic": f"test.dlq.{suffix}",
         "listener_output_topic": f"test.notifications.{suffix}",
+        "directory_topic": f"test.directory.{suffix}",
         "partitions": 3,
     }
     if home is not None:

@@ -110,7 +110,7 @@ class WorkerThread:
 
     def committed(self) -> bool:
         """Nothing consumed but uncommitted (read under the GIL; a hint, tests re-check)."""
-        return not self.worker._txn_open and self.worker.sched.idle()
+        return self.worker.committed()
 
     def __enter__(self) -> WorkerThread:
         self.thread.start()
@@ -166,6 +166,7 @@ class WorkerProcess:
             "FIFOLANE_INPUT_TOPIC": s.input_topic, "FIFOLANE_STATE_TOPIC": s.state_topic,
             "FIFOLANE_REGISTRY_TOPIC": s.registry_topic, "FIFOLANE_DLQ_TOPIC": s.dlq_topic,
             "FIFOLANE_LISTENER_OUTPUT_TOPIC": s.listener_output_topic,
+            "FIFOLANE_DIRECTORY_TOPIC": s.directory_topic,
             "FIFOLANE_HOME": str(s.home), "FIFOLANE_PARTITIONS": str(s.partitions),
             "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + str(PROJECT_ROOT / "tests"),
         })

@@ -28,13 +28,15 @@ __all__ = ["worker"]
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
               help="RocksDB directory (default: <home>/state/<worker-id>).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True,
+              help="Address the metrics endpoint binds to (0.0.0.0: every interface).")
 @click.option("--stats-file", type=click.Path(path_type=Path), default=None,
               help="Write a JSON snapshot of the counters here (twice a second).")
 @click.option("--listeners/--no-listeners", default=True, show_default=True,
               help="Evaluate registered cluster listeners.")
 def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_id: str | None,
            guarantee: str, commit_interval: float, retries: int, state_dir: Path | None,
-           metrics_port: int | None, stats_file: Path | None, listeners: bool) -> None:
+           metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
     from fifolane.config import load_settings
     from services.worker.options import WorkerOptions, default_worker_id
@@ -46,20 +48,17 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]
         commit_interval=commit_interval, retries=retries, state_dir=state_dir,
-        metrics_port=metrics_port, stats_file=stats_file,
+        metrics_port=metrics_port, metrics_host=metrics_host, stats_file=stats_file,
         # A stable id given by the operator: static membership, so a restart (or a crash and
         # restart within the session timeout) takes its partitions back without a rebalance.
         static_membership=worker_id is not None,
     )
-    sink: Any = None
+    sink = None
     if listeners:
-        try:
-            from listeners.runtime import ListenerRuntime
-        except ImportError:  # listeners package not present in this build
-            sink = None
-        else:
-            sink = ListenerRuntime(settings)
-    w = Worker(settings, app, opts, listeners=sink)
+        from listeners.runtime import ListenerRuntime
+
+        sink = ListenerRuntime(settings)
+    w = Worker(settings, app, opts, sink=sink)
 
     def _term(signum: int, _frame: Any) -> None:
         logging.getLogger(__name__).info("signal %d: finishing the checkpoint and leaving", signum)

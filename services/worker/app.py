@@ -37,7 +37,7 @@ class Event:
     key: str
     group: str
     version: int
-    op: Literal["upsert", "delete"]
+    op: Literal["upsert", "delete", "move-out"]
     value: dict[str, Any] | None
     partition: int
     offset: int

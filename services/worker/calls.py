@@ -51,7 +51,9 @@ class HandlerCalls:
             try:
                 _collect(state, spec.fn(event, state))
                 return event, state.effects, None, attempt, time.perf_counter() - t0
-            except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
+            except BaseException as exc:  # noqa: BLE001 - any handler failure (SystemExit,
+                # KeyboardInterrupt and CancelledError raised by a handler too) is retried,
+                # then dead-lettered: it must not kill the handler thread or lose its completion
                 if attempt >= self.retries:
                     return event, None, exc, attempt, time.perf_counter() - t0
                 time.sleep(self.backoff * (2**attempt))
@@ -65,7 +67,7 @@ class HandlerCalls:
             try:
                 _collect(state, await spec.fn(event, state))
                 return event, state.effects, None, attempt, time.perf_counter() - t0
-            except Exception as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - as in call_sync
                 if attempt >= self.retries:
                     return event, None, exc, attempt, time.perf_counter() - t0
                 await asyncio.sleep(self.backoff * (2**attempt))
@@ -75,14 +77,18 @@ class HandlerCalls:
         """Start a call in the background; its result arrives on :attr:`completions`."""
         if spec.is_async:
             fut = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store), self._async_loop())
-            fut.add_done_callback(self._done)
+            fut.add_done_callback(lambda f: self._done(event, f))
             return
         if self._pool is None:
             self._pool = _HandlerThreads(self.concurrency, self.call_sync, self.completions)
         self._pool.calls.put((event, spec, store))
 
-    def _done(self, fut: Future[Result]) -> None:
-        self.completions.put(fut.result())
+    def _done(self, event: Event, fut: Future[Result]) -> None:
+        try:
+            result = fut.result()
+        except BaseException as exc:  # noqa: BLE001 - the call itself was cancelled or broke
+            result = (event, None, exc, 0, 0.0)
+        self.completions.put(result)
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
@@ -129,7 +135,11 @@ class _HandlerThreads:
             item = get()
             if item is None:
                 return
-            put(call(*item))
+            try:
+                result = call(*item)
+            except BaseException as exc:  # noqa: BLE001 - never lose a completion
+                result = (item[0], None, exc, 0, 0.0)
+            put(result)
 
     def shutdown(self) -> None:
         """Drop calls not started yet, let running ones finish, then stop the threads."""

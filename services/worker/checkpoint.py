@@ -1,202 +1,409 @@
-"""Checkpoints: commit outputs, state and input offsets together, or abort and replay.
+"""The worker's transaction: what it produced, the input offsets it covers, commit and rewind.
 
-A checkpoint drains the worker (every consumed event processed, superseded or
-dead-lettered), then commits: exactly-once, one Kafka transaction with the input offsets;
-at-least-once, a flush and then the offsets. RocksDB gets the staged writes only after that
-commit (the batch is built while the commit is on the wire). Any failure aborts and
-replays the input from the checkpoint's start (:func:`abort`, :func:`rewind`).
+A :class:`Checkpoint` owns the producer and the open transaction. The worker's poll loop
+asks it to :meth:`~Checkpoint.open` one before taking records, produces through it, tells it
+which input offsets it consumed, and asks it to :meth:`~Checkpoint.commit` once every
+consumed event is processed, superseded or dead-lettered. A commit:
 
-These are functions of the worker, called on its poll thread (``Worker.checkpoint`` and
-friends delegate here), kept apart to keep the worker module readable.
+1. sends the input offsets with the transaction (exactly-once), for *every* assigned
+   partition, so a worker that lost its partitions (a zombie) is fenced by the group even in
+   a transaction that consumed nothing (listener snapshots, housekeeping);
+2. builds the RocksDB batches of the staged writes while the commit is on the wire;
+3. commits (exactly-once), or flushes and then commits the offsets (at-least-once);
+4. writes the batches to RocksDB, so local state is never ahead of the changelog.
+
+Anything that fails aborts and rewinds (:meth:`~Checkpoint.abort`): staged writes are
+dropped and *every* assigned partition is sought back to its committed offset, also those
+whose records were consumed but not yet taken when the failure hit. A producer that became
+unusable (fatal error, a call hung past the watchdog) is replaced. When the failure leaves it
+open whether the transaction committed (the commit timed out on the client), the committed
+offsets decide: the broker's word, not the client's.
+
+A transaction that fails because Kafka refuses one of its records (too large, invalid for
+its topic) would fail again on every replay. The checkpoint then bisects: it limits the
+records per transaction (:meth:`~Checkpoint.room`), halving the limit after each such
+failure, until a transaction of one input record fails; that record is *poisoned*
+(:meth:`~Checkpoint.poison_of`) and the worker dead-letters it when it comes again.
+docs/architecture.md follows one event through these steps.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from services.worker.txn import Background, guarded
+from fifolane.errors import (
+    KafkaClientError,
+    KafkaRetriableError,
+    ProducerFatalError,
+    RecordRefusedError,
+    TransactionAbortedError,
+)
+from services.worker.kafka import TxnProducer, WorkerConsumer
+from services.worker.metrics import Stats
+from services.worker.txn import Background
 
-if TYPE_CHECKING:
-    from services.worker.runtime import Worker
-
-__all__ = ["abort", "checkpoint", "rewind"]
+__all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
 
 log = logging.getLogger(__name__)
 
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: seconds a transactional call may take (resumed while retriable) before the checkpoint
+#: gives up on it and aborts
+CALL_TIMEOUT = 30.0
+#: errors of a transaction whose offsets the consumer group refused: we missed a rebalance
+_GROUP_FENCING = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
+                            "REBALANCE_IN_PROGRESS"})
 
 
-def checkpoint(w: Worker) -> None:
-    """Drain, then commit outputs, state and input offsets together."""
-    w._next_checkpoint = time.monotonic() + w.opts.commit_interval
-    w.drain()
-    if not w._txn_open:
-        if w.listeners is not None:
-            w.listeners.after_commit(w)
-        w._write_stats()
-        return
-    consumer = w.consumer
-    assert w.producer is not None and consumer is not None
-    t0 = time.perf_counter()
-    offsets = [TopicPartition(w.settings.input_topic, p, o) for p, o in w._next_offsets.items()]
-    # The commit waits on the network (without the GIL): build the RocksDB batches
-    # meanwhile; they are written only if the commit succeeds.
-    group_metadata = consumer.consumer_group_metadata() if w.eos and offsets else None
-    commit = Background(_commit_producer, w, offsets, group_metadata)
-    batches = {p: store.prepare() for p, store in w.stores.stores.items()}
-    try:
-        commit.wait()
-    except KafkaException as exc:
-        # Exactly-once: the transaction is aborted. At-least-once: some records were
-        # not delivered, so no offsets are committed. Both replay the input.
-        abort(w, exc)
-        return
-    if not w.eos and offsets:
+class Staged(Protocol):
+    """Local state written only after its transaction commits (the RocksDB stores)."""
+
+    def prepare(self) -> object: ...
+
+    def apply(self, prepared: object) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+@dataclass
+class Source:
+    """Offsets of one consumed topic: ``base`` is the committed offset of every assigned
+    partition (None: nothing committed yet), ``next`` the offset after the last record
+    taken into the open transaction."""
+
+    topic: str
+    base: dict[int, int | None] = field(default_factory=dict)
+    next: dict[int, int] = field(default_factory=dict)
+
+
+class Outcome(NamedTuple):
+    """How a commit ended. ``stale``: partitions whose committed offset moved past ours
+    without us (another owner processed them): their local state must be restored again."""
+
+    committed: bool
+    stale: tuple[tuple[str, int], ...] = ()
+
+
+_DONE = Outcome(True)
+
+
+class Checkpoint:
+    """The open transaction of a worker (see the module docstring)."""
+
+    def __init__(self, producer: TxnProducer, consumer: WorkerConsumer, staged: Iterable[Staged], *,
+                 eos: bool, stats: Stats, stop: threading.Event | None = None) -> None:
+        self.producer = producer
+        self.consumer = consumer
+        self.eos = eos
+        self.stats = stats
+        self._staged = list(staged)
+        self._stop = stop or threading.Event()
+        self.sources: dict[str, Source] = {}
+        self.is_open = False
+        #: max input records per transaction while bisecting (None: no limit)
+        self.limit: int | None = None
+        self._limit_goal = 0
+        self._poisoned: dict[tuple[str, int, int], str] = {}
+        self._count = 0  # input records taken into the open transaction
+        self._last: tuple[str, int, int] | None = None
+        self._failures = 0  # consecutive failed checkpoints (backoff)
+
+    # -- assignment ----------------------------------------------------------------------------
+    def add_source(self, topic: str) -> Source:
+        return self.sources.setdefault(topic, Source(topic))
+
+    def assign(self, topic: str, partitions: list[int]) -> None:
+        """Partitions now ours: their committed offsets are where a rewind goes back to."""
+        src = self.add_source(topic)
         try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:  # at-least-once: the events may be seen again
-            log.warning("offset commit failed (events may be redelivered): %s", exc)
-    w._txn_open = False
-    t1 = time.perf_counter()
-    _persist_state(w, batches)
-    w._next_offsets.clear()
-    w._txn_start.clear()
-    if w.listeners is not None:
-        # A safe point: nothing in flight, nothing staged, no open transaction.
-        w.listeners.after_commit(w)
-    t2 = time.perf_counter()
-    ms = (t1 - t0) * 1000
-    # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
-    # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
-    # Persisting to RocksDB is not counted: its cost is per write, not per checkpoint.
-    w._next_checkpoint = time.monotonic() + min(max(w.opts.commit_interval, 9 * (t1 - t0)), 5.0)
-    w.stats.commits += 1
-    w.stats.last_commit_ms = ms
-    w.stats.commit_ms_total += ms
-    w.stats.persist_ms_total += (t2 - t1) * 1000
-    log.debug("checkpoint: commit %.1f ms, persist %.1f ms, %d consumed so far", ms, (t2 - t1) * 1000,
-              w.stats.consumed)
-    w._write_stats()
-
-def _commit_producer(w: Worker, offsets: list[TopicPartition], group_metadata: Any) -> None:
-    """The producer's part of a checkpoint (runs off the poll thread): exactly-once, the
-    transaction with the input offsets; at-least-once, delivery of every record.
-
-    Only the producer is touched here. A checkpoint can run inside a rebalance callback,
-    that is inside ``consume()``, and a consumer call from this thread would then wait for
-    the poll thread, which waits for this one.
-    """
-    producer = w.producer
-    assert producer is not None
-    if w.eos:
-        if offsets:
-            guarded(producer.send_offsets_to_transaction, offsets, group_metadata, 30)
-        _commit_with_retry(w)
-        return
-    left = producer.flush(30)
-    if left:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not delivered"))
-    failed, w._delivery_error = w._delivery_error, None
-    if failed is not None:
-        raise KafkaException(failed)
-
-def _commit_with_retry(w: Worker) -> None:
-    assert w.producer is not None
-    for attempt in range(5):
-        try:
-            guarded(w.producer.commit_transaction, 30)
+            got = self.consumer.committed([TopicPartition(topic, p) for p in partitions], 10.0)
+        except KafkaClientError as exc:  # looked up again at the next rewind
+            log.info("committed offsets of %s %s not known yet: %s", topic, partitions, exc)
             return
-        except KafkaException as exc:
-            if exc.args[0].retriable() and attempt < 4:
-                continue
-            raise
+        for p in partitions:
+            src.base[p] = got.get((topic, p))
 
-def _persist_state(w: Worker, batches: dict[int, Any]) -> None:
-    now = time.monotonic()
-    refresh = now >= w._next_marker
-    if refresh:
-        # An older marker only makes the next restore re-read a little more; each refresh
-        # costs a round trip per partition, so keep it rare.
-        w._next_marker = now + 30.0
-    consumer = w.consumer
-    assert consumer is not None
-    for p, store in w.stores.stores.items():
-        marker = None
-        if refresh:
-            # We are this partition's only writer and everything we wrote is committed:
-            # its high watermark is a safe restore start for the next owner of this store.
-            try:
-                marker = consumer.get_watermark_offsets(TopicPartition(w._state_topic, p), timeout=10)[1]
-            except KafkaException as exc:  # leader moving: keep the older marker this time
-                log.info("state topic offsets of partition %d not available now: %s", p, exc)
-                w._next_marker = now
-                marker = None
-        store.apply(batches.get(p), marker)
+    def base_of(self, topic: str, partition: int) -> int | None:
+        """The committed offset of an assigned partition (None: nothing committed yet),
+        asked of the group coordinator if not known (waits while it cannot answer)."""
+        src = self.add_source(topic)
+        if partition not in src.base:
+            got = self._committed_offsets([TopicPartition(topic, partition)])
+            src.base[partition] = got.get((topic, partition))
+        return src.base[partition]
 
-def abort(w: Worker, exc: KafkaException) -> None:
-    """Abort the open transaction (at-least-once: give up the checkpoint) and replay its
-    input; recover from a fatal producer.
+    def release(self, topic: str, partitions: Iterable[int]) -> None:
+        src = self.sources.get(topic)
+        if src is not None:
+            for p in partitions:
+                src.base.pop(p, None)
+                src.next.pop(p, None)
 
-    A fatal error other than fencing (say INVALID_TXN_STATE after a broker failover)
-    gets a new producer with the same transactional id. Being fenced by another
-    instance with our id is the one case where this worker must stop.
-    """
-    err = exc.args[0]
-    if err.code() in _FENCED:
-        log.error("fenced by a newer instance with transactional id of worker %s: %s",
-                  w.opts.worker_id, err)
-        raise exc
-    log.warning("%s, replaying the input since the last checkpoint: %s",
-                "aborting the transaction" if w.eos else "records not delivered", err)
-    producer = w.producer
-    assert producer is not None
-    fatal = err.fatal()
-    if not fatal and w.eos:
+    # -- the open transaction ------------------------------------------------------------------
+    def open(self) -> None:
+        """Begin a transaction unless one is open."""
+        if not self.is_open:
+            if self.eos:
+                self.producer.begin()
+            self.is_open = True
+            self._count = 0
+            self._last = None
+
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                partition: int = -1, headers: Any = None) -> None:
+        """Send a record in the open transaction (opened if needed)."""
+        if not self.is_open:
+            self.open()
+        self.producer.produce(topic, value, key, partition, headers)
+
+    def consumed(self, topic: str, partition: int, offset: int) -> None:
+        """An input record was taken into the open transaction."""
+        self.sources[topic].next[partition] = offset + 1
+        self._count += 1
+        self._last = (topic, partition, offset)
+
+    def consumed_batch(self, topic: str, nexts: dict[int, int], count: int,
+                       last: tuple[str, int, int] | None) -> None:
+        """Many input records were taken (``nexts``: partition -> offset after the last)."""
+        mine = self.sources[topic].next
+        for p, n in nexts.items():
+            if n > mine.get(p, -1):
+                mine[p] = n
+        self._count += count
+        if last is not None:
+            self._last = last
+
+    def room(self) -> int | None:
+        """How many more input records this transaction may take (None: no limit)."""
+        if self.limit is None:
+            return None
+        return max(0, self.limit - self._count)
+
+    def poison_of(self, topic: str, partition: int, offset: int) -> str | None:
+        """Why Kafka refused what this input record produced, if it did (then it must be
+        dead-lettered instead of processed)."""
+        return self._poisoned.get((topic, partition, offset)) if self._poisoned else None
+
+    @property
+    def bisecting(self) -> bool:
+        return self.limit is not None or bool(self._poisoned)
+
+    # -- commit --------------------------------------------------------------------------------
+    def commit(self, group_metadata: Callable[[], Any] | None = None) -> Outcome:
+        """Commit the open transaction with its input offsets (steps 1-4 of the module
+        docstring); on failure abort and rewind. Call with nothing in flight."""
+        if not self.is_open:
+            return _DONE
+        offsets = self._offsets()
+        prepared: list[object] | None = None
         try:
-            producer.abort_transaction(30)
-        except KafkaException as abort_exc:
-            fatal = abort_exc.args[0].fatal()
-            if not fatal:
-                raise
-    if fatal:
-        _new_producer(w, err)
-    w._txn_open = False
-    w.stats.aborts += 1
-    rewind(w)
+            gm = (group_metadata or self.consumer.group_metadata)() if self.eos and offsets else None
+            call = Background(self._commit_producer, offsets, gm)
+            # The commit waits on the network without the GIL: build the batches meanwhile.
+            prepared = [s.prepare() for s in self._staged]
+            call.wait()
+        except KafkaClientError as exc:
+            return self._recover(exc, during_commit=True, prepared=prepared)
+        if not self.eos and offsets:
+            try:
+                self.consumer.commit(offsets)
+            except KafkaClientError as exc:  # at-least-once: the events may be seen again
+                log.warning("offset commit failed (events may be redelivered): %s", exc)
+        self._committed(prepared)
+        return _DONE
 
-def _new_producer(w: Worker, err: KafkaError) -> None:
-    now = time.monotonic()
-    w._recoveries = [t for t in w._recoveries if now - t < 60] + [now]
-    if len(w._recoveries) > 5:
-        raise KafkaException(err)  # keeps failing: let the supervisor restart us
-    log.warning("fatal producer error (%s): starting a new producer", err)
-    old = w.producer
-    w.producer = Producer(w.settings.kafka_config(**w._producer_conf))
-    if w.eos:
-        w.producer.init_transactions(60)
-    if old is not None and err.code() != KafkaError._TIMED_OUT:
-        with contextlib.suppress(KafkaException, RuntimeError):
-            old.purge()
+    def _offsets(self) -> list[TopicPartition]:
+        out = []
+        for src in self.sources.values():
+            for p, base in src.base.items():
+                off = src.next.get(p, base)
+                if off is not None:
+                    out.append(TopicPartition(src.topic, p, off))
+            for p, off in src.next.items():
+                if p not in src.base:
+                    out.append(TopicPartition(src.topic, p, off))
+        return out
 
-def rewind(w: Worker) -> None:
-    """Forget uncommitted work and consume it again from the transaction's start."""
-    assert w.consumer is not None
-    # Handler calls still running would report events the scheduler no longer knows:
-    # wait for them (as a drain would) and drop their results; the events are replayed.
-    completions = w.calls.completions
-    for _ in range(w.sched.in_flight):
-        completions.get()
-    for store in w.stores.stores.values():
-        store.rollback()
-    w.sched.clear()
-    w.calls.forget_completions()
-    for p, offset in w._txn_start.items():
-        if p in w._assigned:
-            w.consumer.seek(TopicPartition(w.settings.input_topic, p, offset))
-    w._next_offsets.clear()
-    w._txn_start.clear()
+    def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """The producer's part of a commit (off the poll thread; touches only the producer:
+        a consumer call from here could deadlock with a poll thread inside ``consume()``)."""
+        producer = self.producer
+        if self.eos:
+            if offsets:
+                producer.send_offsets(offsets, group_metadata, CALL_TIMEOUT)
+            producer.commit(CALL_TIMEOUT)
+            return
+        left = producer.flush(CALL_TIMEOUT)
+        if left:
+            raise KafkaRetriableError(f"{left} records not delivered within {CALL_TIMEOUT:.0f}s",
+                                      code="_TIMED_OUT", retriable=True)
+        failed = producer.report.take()
+        if failed is not None:
+            raise failed[1]
+
+    def _committed(self, prepared: list[object] | None) -> None:
+        if prepared is None:
+            prepared = [s.prepare() for s in self._staged]
+        for s, batch in zip(self._staged, prepared, strict=True):
+            s.apply(batch)
+        for src in self.sources.values():
+            for p, off in src.next.items():
+                if p in src.base:
+                    src.base[p] = off
+            src.next.clear()
+        self.is_open = False
+        self._failures = 0
+        self._count = 0
+        if self.limit is not None:
+            self._count_success()
+
+    # -- failure -------------------------------------------------------------------------------
+    def abort(self, exc: KafkaClientError) -> Outcome:
+        """Give up the open transaction after ``exc`` and rewind (see :meth:`_recover`)."""
+        return self._recover(exc, during_commit=False)
+
+    def _recover(self, exc: KafkaClientError, *, during_commit: bool,
+                 prepared: list[object] | None = None) -> Outcome:
+        """Abort, replacing the producer if it is unusable, then rewind every partition to
+        its committed offset. ``during_commit``: the failure hit the commit itself, so the
+        transaction may have committed on the broker after all: the committed offsets tell."""
+        self.stats.aborts += 1
+        log.warning("%s, replaying the input since the last checkpoint: %s",
+                    "aborting the transaction" if self.eos else "records not delivered", exc)
+        self._backoff()
+        # A commit refused as a whole did not commit; a time-out or a fatal error during the
+        # commit leaves it open. Group fencing (a rebalance we missed) means our partitions
+        # may have moved on without us: look at the committed offsets then too.
+        in_doubt = during_commit and self.eos and (
+            not isinstance(exc, TransactionAbortedError) or exc.code in _GROUP_FENCING)
+        if self.eos:
+            if isinstance(exc, ProducerFatalError):
+                self._renew(exc)
+            else:
+                try:
+                    self.producer.abort(CALL_TIMEOUT)
+                except KafkaClientError as abort_exc:
+                    self._renew(abort_exc)
+        outcome = self._resolve(in_doubt)
+        self.is_open = False
+        count, self._count = self._count, 0
+        if outcome.committed:
+            self._committed(prepared if prepared is not None else [s.prepare() for s in self._staged])
+            return outcome
+        for s in self._staged:
+            s.rollback()
+        self._rewind()
+        self._bisect(exc, count)
+        return outcome
+
+    def _renew(self, exc: KafkaClientError) -> None:
+        """A new producer with our transactional id (fences the old one and settles its
+        transaction); waits, with backoff, until the coordinator answers."""
+        log.warning("producer unusable (%s): starting a new one", exc)
+        self.producer.renew()
+        while not self._stop.is_set():
+            try:
+                self.producer.init()
+                return
+            except ProducerFatalError as init_exc:
+                log.warning("new producer failed (%s): trying another", init_exc)
+                self.producer.renew()
+            except KafkaClientError as init_exc:
+                log.warning("init_transactions: %s; waiting", init_exc)
+            self._backoff()
+
+    def _resolve(self, in_doubt: bool) -> Outcome:
+        """Whether the failed transaction committed after all; refreshes the committed
+        offsets (rewind targets) that are unknown, or all of them when in doubt."""
+        todo = [TopicPartition(src.topic, p) for src in self.sources.values()
+                for p in set(src.base) | set(src.next) if in_doubt or p not in src.base]
+        if not todo:
+            return Outcome(False)
+        committed = self._committed_offsets(todo)
+        took = [(src.topic, p, n) for src in self.sources.values() for p, n in src.next.items()
+                if n != src.base.get(p, -1)]
+        if in_doubt and took and all(committed.get((t, p)) == n for t, p, n in took):
+            log.warning("the transaction committed after all (its commit timed out here): kept")
+            return Outcome(True)
+        stale = []
+        for (t, p), off in committed.items():
+            src = self.sources[t]
+            if p in src.base and src.base[p] is not None and off != src.base[p]:
+                stale.append((t, p))  # someone else committed past our base
+            src.base[p] = off
+        if stale:
+            log.warning("partitions %s were processed by another worker meanwhile", stale)
+        return Outcome(False, tuple(stale))
+
+    def _committed_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int | None]:
+        while True:
+            try:
+                return self.consumer.committed(tps, CALL_TIMEOUT)
+            except KafkaClientError as exc:
+                if self._stop.is_set():
+                    raise
+                log.warning("committed offsets not readable now (%s): waiting", exc)
+                self._backoff()
+
+    def _rewind(self) -> None:
+        """Seek every assigned partition back to its committed offset."""
+        for src in self.sources.values():
+            for p in set(src.base) | set(src.next):
+                base = src.base.get(p)
+                tp = TopicPartition(src.topic, p, OFFSET_BEGINNING if base is None else base)
+                try:
+                    self.consumer.seek(tp)
+                except KafkaClientError as exc:  # not assigned any more: nothing to replay
+                    log.info("rewind of %s[%d]: %s", src.topic, p, exc)
+            src.next.clear()
+
+    def _backoff(self) -> None:
+        """Wait a little longer after each consecutive failure (a broker outage must not
+        turn into a hot loop of aborts), at most 5 s."""
+        if self._failures:
+            self._stop.wait(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
+        self._failures += 1
+
+    # -- bisection -----------------------------------------------------------------------------
+    def _bisect(self, exc: KafkaClientError, count: int) -> None:
+        if not (exc.refused or isinstance(exc, RecordRefusedError)):
+            return
+        failed = self.producer.report.take()
+        where = f" (delivery to {failed[0]}: {failed[1]})" if failed is not None else ""
+        if count <= 1 and self._last is not None:
+            self._poisoned[self._last] = f"{exc.code}: {exc}{where}"
+            log.warning("input record %s[%d]@%d produces a record Kafka refuses%s: dead-lettering it",
+                        *self._last, where)
+        else:
+            self._limit_goal = max(self._limit_goal, count)
+            self.limit = max(1, count // 2)
+            log.warning("Kafka refused a record of the transaction%s: finding its input record "
+                        "(%d records a transaction now)", where, self.limit)
+        self.producer.report_each(True)
+
+    def _count_success(self) -> None:
+        assert self.limit is not None
+        self.limit *= 2
+        if self.limit > max(self._limit_goal, 1):
+            self.limit = None
+            self._limit_goal = 0
+            self.producer.report_each(False)
+
+    def forget_poison(self, topic: str, partition: int, offset: int) -> None:
+        """The poisoned record was dead-lettered (and that committed)."""
+        self._poisoned.pop((topic, partition, offset), None)
+        if not self._poisoned and self.limit is None:
+            self.producer.report_each(False)
+
+    def wait(self, seconds: float) -> None:
+        """Sleep unless asked to stop."""
+        self._stop.wait(seconds)
+
+    def now(self) -> float:
+        return time.monotonic()

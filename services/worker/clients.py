@@ -39,25 +39,26 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     }
 
 
-def producer_config(opts: WorkerOptions, group_id: str, on_error: Any) -> dict[str, Any]:
+def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     """Idempotent, acks=all; transactional (id = group + worker id) for exactly-once.
 
-    Exactly-once needs no delivery reports: a record that cannot be delivered fails the
-    transaction's commit, which is then aborted and replayed. At-least-once learns of a
-    failed delivery only through ``on_error`` (called for failures only). A delivery
-    callback costs about 1.4 us per record even then (confluent-kafka keeps per-record
-    state for it), a sixth of the worker's time per event, so it is set only where needed.
+    Keys are partitioned like Java clients do (murmur2), so the entity directory and
+    producers in other languages agree on where a key goes. Exactly-once needs no delivery
+    reports (a record that cannot be delivered fails the transaction's commit); the
+    at-least-once producer reports failures only (services.worker.kafka.TxnProducer).
+    A transactional producer's message time-out cannot exceed its transaction time-out.
     """
     conf: dict[str, Any] = {
         "client.id": f"{opts.worker_id}-producer",
         "enable.idempotence": True,
         "acks": "all",
+        "partitioner": "murmur2_random",
         **PRODUCER_BATCHING,
     }
     if opts.guarantee == "exactly-once":
         conf["transactional.id"] = f"{group_id}-{opts.worker_id}"
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
     else:
-        conf["delivery.report.only.error"] = True
-        conf["on_delivery"] = on_error
+        # Outlast a leader election (Kafka's own default delivery.timeout.ms is 120 s).
+        conf["message.timeout.ms"] = 120_000
     return conf

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from services.worker.app import Event, Output
-from services.worker.state import PartitionStore
+from services.worker.limits import Limits, record_size
+from services.worker.state import MAX_VERSION, MIN_VERSION, PartitionStore
 
-__all__ = ["CallState", "Effects", "Write"]
+__all__ = ["CallState", "Effects", "Refusal", "Write", "check_effects"]
 
 
 class _Codec(Protocol):
@@ -108,3 +109,30 @@ class CallState:
     def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
              headers: Iterable[tuple[str, bytes]] = ()) -> None:
         self.effects.outputs.append(Output(topic, key, value, tuple(headers)))
+
+
+class Refusal(NamedTuple):
+    """Why a handler result cannot be applied: a dead-letter reason and what to fix."""
+
+    reason: str
+    error: str
+
+
+def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal | None:
+    """Why ``effects`` cannot be applied whole, or None. Checked before anything is
+    applied, so a handler result is applied whole or dead-lettered whole: a version that
+    does not fit a signed 64-bit integer, or a record Kafka would refuse (over the
+    producer's message.max.bytes or the topic's max.message.bytes)."""
+    for w in effects.writes.values():
+        if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
+            return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
+                                          "64-bit integer")
+        size = record_size(w.entity_key, w.value)
+        error = limits.too_large(state_topic, size, f"{w.type} {w.key}")
+        if error is not None:
+            return Refusal("handler-error", error)
+    for out in effects.outputs:
+        error = limits.too_large(out.topic, record_size(out.key, out.value, out.headers), "an output record")
+        if error is not None:
+            return Refusal("handler-error", error + "; send less, or raise both limits")
+    return None

@@ -1,145 +1,135 @@
-"""The worker's hot path: well-formed table upserts applied straight from a consumed batch.
+"""Taking a consumed batch: well-formed table upserts go straight to their partition's table.
 
-Called by the worker's poll loop (``Worker._ingest_batch``); kept apart to keep the worker
-module readable. Everything it does not take goes to ``Worker._ingest``, the general path,
-which does the same for these records, only slower (tests/unit/test_worker_ingest.py
-checks that both give the same records, state, counters and offsets).
+The common case, a well-formed upsert for the built-in table handler whose group has nothing
+queued, is read here with the codec's field scanner (key, group and version, no decode)
+and applied by the partition's :class:`services.worker.table.TableApplier`, without building
+an Event. Everything else (errors, deletes, bad records, control records, app handlers,
+busy groups, records of the directory topic) goes to the general path, which applies it
+through the same applier. So the two paths differ only in how they read a record
+(tests/unit/test_worker_ingest.py checks that both give the same records, state and counts).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
 
-from fifolane.serde.state_records import state_headers
-from services.worker.app import Event
-from services.worker.state import RAW_VERSION, ROW_VERSION, Row
+from fifolane.serde import Decoded
+from services.worker.checkpoint import Checkpoint
+from services.worker.kafka import Record
+from services.worker.metrics import Stats
+from services.worker.sink import ChangeSink
+from services.worker.state import MAX_GROUP_BYTES, MAX_VERSION, MIN_VERSION
+from services.worker.table import APPLIED, STALE, TableApplier
 
-if TYPE_CHECKING:
-    from services.worker.runtime import Worker
+__all__ = ["FastPath", "TableType"]
 
-__all__ = ["ingest_batch"]
+#: Per entity type taken by the fast path: (entity-key prefix, type name bytes, key field,
+#: group field, version field).
+TableType = tuple[bytes, bytes, str, str, str]
+#: The general path: a record, and its decoded value if the fast path decoded it already.
+General = Callable[[Record, "Decoded | None"], None]
+#: A record whose state record Kafka would refuse: dead-letter it (msg, reason, error).
+Refuse = Callable[[Record, str, str], None]
 
 
-def ingest_batch(w: Worker, msgs: list[Any]) -> None:
-    """Take a consumed batch.
+class FastPath:
+    """Takes consumed batches for one worker (see the module docstring)."""
 
-    The common case, a well-formed upsert for the built-in table handler whose group has
-    nothing queued, is applied right here, without building an Event (this loop is the
-    worker's hot path: about half of its CPU time per event). Anything else (errors,
-    deletes, bad records, app handlers, busy groups) goes through ``Worker._ingest``, which
-    does exactly the same for this case, only slower.
-    """
-    assigned, next_offsets, txn_start = w._assigned, w._next_offsets, w._txn_start
-    decode = w.codec.decode
-    table_types = w._table_types
-    scan = w._scan
-    listeners = w.listeners
-    wants_records = getattr(listeners, "wants_records", None)
-    if scan is not None and wants_records is not None and wants_records(table_types):
-        scan = None  # a listener will read these records: decode once, here
-    queued_groups = w.sched.queues
-    # per partition: its overlay, RocksDB getter and store (None: keeps a group index,
-    # so writes go through PartitionStore.put)
-    parts = {p: (st.overlay, st.db.get, None if st.group_index else st.overlay, st.unpack)
-             for p, st in w.stores.stores.items()}
-    stores = w.stores.stores
-    producer = w.producer
-    assert producer is not None
-    produce = producer.produce
-    state_topic = w._state_topic
-    with_headers = w.settings.state_headers
-    stats = w.stats
-    row_version = ROW_VERSION.unpack_from
-    # The previous row itself (not just its version) is needed by change sinks and by
-    # stores that keep a group index.
-    need_old = listeners is not None or not all(part[2] is not None for part in parts.values())
-    consumed = processed = superseded = 0
-    try:
-        for msg in msgs:
-            if msg.error() is not None:
-                w._ingest(msg)
-                continue
-            p = msg.partition()
-            if p not in assigned:
-                continue
-            value = msg.value()
-            # The record itself is not needed (change sinks decode it if they must):
-            # read just the key, group and version if the codec can (scan), else decode.
-            scanned = scan(value) if scan is not None else None
-            if scanned is not None:
-                et, (key, group, version) = scanned
-                decoded = record = None
-                fast = table_types.get(et.name)
-                if fast is None:
-                    w._ingest(msg)
+    def __init__(self, *, input_topic: str, tables: Mapping[int, TableApplier],
+                 table_types: dict[str, TableType], codec: Any, busy: Collection[str],
+                 ckpt: Checkpoint, stats: Stats, sink: ChangeSink | None, general: General,
+                 refuse: Refuse, other_topics: bool) -> None:
+        self._input = input_topic
+        self._tables = tables
+        self._types = table_types
+        self._decode = codec.decode
+        # Reads key, group and version of those types' upserts without decoding the record.
+        self._scan = codec.scanner(table_types) if table_types else None
+        self._busy = busy  # groups with queued events: theirs must queue behind them
+        self._ckpt = ckpt
+        self._stats = stats
+        self._sink = sink
+        self._general = general
+        self._refuse = refuse
+        self._other_topics = other_topics  # the consumer reads the directory topic too
+
+    def take(self, msgs: list[Record]) -> None:
+        """Take a consumed batch (this loop is the worker's hot path)."""
+        ckpt = self._ckpt
+        if ckpt.bisecting or not self._types:
+            for msg in msgs:
+                self._general(msg, None)
+            return
+        tables, table_types, busy = self._tables, self._types, self._busy
+        general, decode, input_topic = self._general, self._decode, self._input
+        other_topics = self._other_topics
+        scan = self._scan
+        sink = self._sink
+        if scan is not None and sink is not None and sink.needs_records(table_types):
+            scan = None  # a listener will read these records: decode once, here
+        nexts: dict[int, int] = {}
+        last: Record | None = None
+        consumed = processed = superseded = 0
+        try:
+            for msg in msgs:
+                if msg.error() is not None or (other_topics and msg.topic() != input_topic):
+                    general(msg, None)
                     continue
-            else:
-                try:
-                    decoded = decode(value)
-                except Exception:  # noqa: BLE001 - the general path names the reason
-                    w._ingest(msg)
-                    continue
-                et, record, is_delete = decoded
-                fast = None if is_delete else table_types.get(et.name)
-                if fast is None:
-                    w._ingest(msg, decoded)
-                    continue
-                key, group, version = record.get(fast[2]), record.get(fast[3]), record.get(fast[4])
-            prefix, type_header = fast[0], fast[1]
-            mkey = msg.key()
-            if (type(key) is not str or not key or type(group) is not str or not group
-                    or type(version) is not int or mkey is None or mkey != group.encode()
-                    or group in queued_groups):
-                w._ingest(msg, decoded)
-                continue
-            # -- bookkeeping, as in _ingest
-            if not w._txn_open:
-                w._begin()
-            offset = msg.offset()
-            next_offsets[p] = offset + 1
-            if p not in txn_start:
-                txn_start[p] = offset
-            consumed += 1
-            # -- the table handler, as in _apply_table / _write
-            ekey = prefix + key.encode()
-            overlay, db_get, plain, unpack = parts[p]
-            old = overlay.get(ekey)  # inlined PartitionStore.get
-            if old is not None:
-                if version <= old.version:
-                    superseded += 1
-                    continue
-            else:
-                data = db_get(b"e:" + ekey)
-                if data is not None:
-                    stored = row_version(data)[0]
-                    if stored == RAW_VERSION or need_old:  # a raw row is read on first use
-                        old = unpack(data)
-                        stored = old.version if old is not None else None
-                    if stored is not None and version <= stored:
-                        superseded += 1
+                p = msg.partition()
+                table = tables.get(p)
+                if table is None:
+                    continue  # not ours (any more), or not restored yet: replayed once it is
+                value = msg.value()
+                scanned = scan(value) if scan is not None else None
+                if scanned is not None:
+                    et, (key, group, version) = scanned
+                    decoded = record = None
+                    fast = table_types.get(et.name)
+                    if fast is None:
+                        general(msg, None)
                         continue
-            new = Row(version, False, group, value)
-            if plain is not None:
-                plain[ekey] = new  # PartitionStore.put without a group index
-            else:
-                stores[p].put(ekey, new, old)
-            # An upsert's group and version are in its value: headers only if asked for
-            # (even ``headers=None`` costs 0.4 us in produce()).
-            try:
-                if with_headers:
-                    produce(state_topic, value, ekey, p, headers=state_headers(type_header, mkey, version))
                 else:
-                    produce(state_topic, value, ekey, p)
-            except BufferError:
-                w._produce(state_topic, value, ekey, p,
-                              state_headers(type_header, mkey, version) if with_headers else None)
-            processed += 1
-            if listeners is not None:
-                event = Event(et.name, key, group, version, "upsert", record, p, offset,
-                              msg.timestamp()[1], value, msg.headers() or [])
-                listeners.on_change(w, event, ekey, old, new, record)
-    finally:
-        stats.consumed += consumed
-        stats.processed += processed
-        stats.state_writes += processed
-        stats.superseded += superseded
+                    try:
+                        decoded = decode(value)
+                    except Exception:  # noqa: BLE001 - the general path names the reason
+                        general(msg, None)
+                        continue
+                    et, record, is_delete = decoded
+                    fast = None if is_delete else table_types.get(et.name)
+                    if fast is None:
+                        general(msg, decoded)
+                        continue
+                    key, group, version = record.get(fast[2]), record.get(fast[3]), record.get(fast[4])
+                mkey = msg.key()
+                if (type(key) is not str or not key or type(group) is not str or not group
+                        or type(version) is not int or mkey is None or mkey != group.encode()
+                        or group in busy or len(mkey) > MAX_GROUP_BYTES
+                        or not MIN_VERSION <= version <= MAX_VERSION):
+                    general(msg, decoded)
+                    continue
+                offset = msg.offset()
+                nexts[p] = offset + 1
+                last = msg
+                consumed += 1
+                assert value is not None  # it scanned or decoded
+                outcome = table.upsert(fast[0] + key.encode(), fast[1], group, mkey, version, value,
+                                       record, offset, msg.timestamp()[1] if sink is not None else 0)
+                if outcome == APPLIED:
+                    processed += 1
+                elif outcome == STALE:
+                    superseded += 1
+                else:
+                    self._refuse(msg, "too-large", f"the state record of {et.name} {key} would be "
+                                 f"{len(value) + len(fast[0]) + len(key)} bytes, over the {table.room} "
+                                 "bytes the state topic takes")
+        finally:
+            if consumed:
+                assert last is not None
+                ckpt.consumed_batch(input_topic, nexts, consumed,
+                                    (input_topic, last.partition(), last.offset()))
+            stats = self._stats
+            stats.consumed += consumed
+            stats.processed += processed
+            stats.state_writes += processed
+            stats.superseded += superseded

@@ -1,6 +1,8 @@
 """Input records to events: decode, and check what the resequencer needs.
 
 A record that cannot become an event gets a dead-letter reason instead (see dlq.REASONS).
+Control records (header ``fifolane.control``) are the worker's own: a move-out of the entity
+directory (services/worker/directory.py) becomes an event of op ``move-out``.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from typing import Any, NamedTuple
 from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde import Decoded
 from services.worker.app import Event
+from services.worker.directory import CONTROL_HEADER, MOVE_OUT, parse_move_out
+from services.worker.state import MAX_GROUP_BYTES, MAX_VERSION, MIN_VERSION
 
-__all__ = ["Rejected", "to_event"]
+__all__ = ["Rejected", "check_group", "check_version", "to_event"]
 
 
 class Rejected(NamedTuple):
@@ -21,12 +25,34 @@ class Rejected(NamedTuple):
     error: str
 
 
+def check_group(group: str) -> Rejected | None:
+    """A FIFO-group value fifolane can keep (its UTF-8 length is packed in 16 bits)."""
+    size = len(group.encode())
+    if size > MAX_GROUP_BYTES:
+        return Rejected("group-too-long", f"the FIFO-group value is {size} bytes of UTF-8, over the "
+                                          f"{MAX_GROUP_BYTES} a group may have")
+    return None
+
+
+def check_version(version: Any) -> Rejected | None:
+    """A version fifolane can keep: a signed 64-bit integer (an Avro long)."""
+    if type(version) is not int or not MIN_VERSION <= version <= MAX_VERSION:
+        return Rejected("bad-version", f"version {version!r} is not a signed 64-bit integer "
+                                       f"({MIN_VERSION}..{MAX_VERSION})")
+    return None
+
+
 def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Rejected:
     """The event of an input record (a confluent-kafka Message), or why there is none.
 
     ``decoded``: the record's value, if the caller decoded it already.
     """
     value = msg.value()
+    headers = msg.headers()
+    if headers and decoded is None:
+        control = _control(headers)
+        if control is not None:
+            return _control_event(msg, control, value, headers)
     if value is None:
         return Rejected("undecodable", "null value: input records must carry an encoded event")
     if decoded is None:
@@ -50,11 +76,40 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
     mkey = msg.key()
     if mkey is None:
         return Rejected("missing-group", "record has no key: input records must be keyed by their FIFO-group value")
+    bad = check_group(group)
+    if bad is not None:
+        return bad
     if mkey != group.encode():
-        return Rejected("missing-group", f"record key {mkey!r} differs from the event's FIFO group {group!r}")
+        return Rejected("missing-group", f"record key {mkey[:200]!r} differs from the event's FIFO group {group[:200]!r}")
     if key is None or key == "":
         return Rejected("missing-key", "the event has no entity key")
     if version is None:
         return Rejected("missing-version", "the event has no version")
-    return Event(et.name, str(key), group, int(version), op, value_rec,  # type: ignore[arg-type]
-                 msg.partition(), msg.offset(), msg.timestamp()[1], value, msg.headers() or [])
+    bad = check_version(version)
+    if bad is not None:
+        return bad
+    return Event(et.name, str(key), group, version, op, value_rec,  # type: ignore[arg-type]
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [])
+
+
+def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
+    for name, data in headers:
+        if name == CONTROL_HEADER:
+            return data or b""
+    return None
+
+
+def _control_event(msg: Any, control: bytes, value: bytes | None, headers: list[tuple[str, bytes]]) -> Event | Rejected:
+    mkey = msg.key()
+    if control != MOVE_OUT or not mkey:
+        return Rejected("undecodable", f"unknown control record {control[:40]!r} (header {CONTROL_HEADER})")
+    try:
+        group = mkey.decode()
+    except UnicodeDecodeError:
+        return Rejected("missing-group", "control record key is not UTF-8")
+    move = parse_move_out(group, value)
+    if isinstance(move, str):
+        return Rejected("undecodable", move)
+    type_name, _, key = move.key.decode().partition("/")
+    return Event(type_name, key, group, move.version, "move-out", {"to": move.to_group, "to_deleted": move.to_deleted},
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers)

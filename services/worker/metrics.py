@@ -28,8 +28,10 @@ class Stats:
     handler_retries: int = 0
     state_writes: int = 0
     outputs: int = 0
-    notifications: int = 0
-    listener_errors: int = 0
+    claims_sent: int = 0  # entity directory claims produced
+    claims: int = 0  # directory claims decided (owner of directory partitions)
+    moves_sent: int = 0  # move-outs sent to the group an entity left
+    moves_applied: int = 0  # copies removed from a group the entity left
     commits: int = 0
     aborts: int = 0
     last_commit_ms: float = 0.0
@@ -41,6 +43,9 @@ class Stats:
     restored_records: int = 0
     restore_total: int = 0
     restoring: int = 0
+    restore_progress: dict[str, list[int]] = field(default_factory=dict)  # "topic[p]": [done, total]
+    bisecting: int = 0  # 1 while finding an input record whose output Kafka refuses
+    sink: dict[str, float] = field(default_factory=dict)  # the change sink's own metrics
     lag: dict[int, int] = field(default_factory=dict)
     assigned: list[int] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
@@ -75,8 +80,10 @@ class _Collector:
             ("fifolane_events_superseded", s.superseded, "stale or duplicate events dropped"),
             ("fifolane_events_dead_lettered", s.dead_lettered, "records sent to the dead-letter topic"),
             ("fifolane_handler_retries", s.handler_retries, "handler retries after an exception"),
-            ("fifolane_listener_notifications", s.notifications, "listener notifications sent"),
-            ("fifolane_listener_errors", s.listener_errors, "listener expression run-time failures"),
+            ("fifolane_directory_claims_sent", s.claims_sent, "entity directory claims produced"),
+            ("fifolane_directory_claims", s.claims, "entity directory claims decided"),
+            ("fifolane_moves_sent", s.moves_sent, "move-outs sent to a group an entity left"),
+            ("fifolane_moves_applied", s.moves_applied, "entity copies removed from a group they left"),
             ("fifolane_commits", s.commits, "checkpoints committed"),
             ("fifolane_aborts", s.aborts, "transactions aborted"),
             ("fifolane_restored_records", s.restored_records, "changelog records restored"),
@@ -97,10 +104,15 @@ class _Collector:
             ("fifolane_restoring_partitions", s.restoring, "partitions being restored"),
             ("fifolane_restore_total", s.restore_total, "changelog records to restore"),
             ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint commit duration"),
+            ("fifolane_bisecting", s.bisecting, "1 while finding an input record whose output Kafka refuses"),
         )
         for gname, gvalue, gdoc in gauges:
             g = GaugeMetricFamily(gname, gdoc, labels=labels)
             g.add_metric(w, gvalue)
+            yield g
+        for name, value in sorted(s.sink.items()):
+            g = GaugeMetricFamily(f"fifolane_{name}", f"change sink: {name}", labels=labels)
+            g.add_metric(w, value)
             yield g
         lag = GaugeMetricFamily("fifolane_consumer_lag", "input records behind the end",
                                 labels=["worker", "partition"])
@@ -109,7 +121,7 @@ class _Collector:
         yield lag
 
 
-def serve_metrics(stats: Stats, port: int, addr: str = "0.0.0.0") -> int:
+def serve_metrics(stats: Stats, port: int, addr: str = "127.0.0.1") -> int:
     """Start the Prometheus endpoint (``/metrics``) in a daemon thread; returns the port."""
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -121,14 +133,16 @@ def serve_metrics(stats: Stats, port: int, addr: str = "0.0.0.0") -> int:
 
 def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int]) -> None:
     """Records behind the end per assigned partition (cached watermarks: no round trip)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
+
+    from fifolane.errors import KafkaClientError
 
     for p in partitions:
         tp = TopicPartition(topic, p)
         try:
-            _low, high = consumer.get_watermark_offsets(tp, cached=True)
-            pos = consumer.position([tp])[0].offset
-        except KafkaException:
+            _low, high = consumer.watermarks(tp, cached=True)
+            pos = consumer.position(tp)
+        except KafkaClientError:
             continue
         if high >= 0 and pos >= 0:
             stats.lag[p] = high - pos

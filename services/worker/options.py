@@ -33,9 +33,16 @@ class WorkerOptions:
     retry_backoff: float = 0.05
     state_dir: Path | None = None
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"  # bind address of the metrics endpoint (0.0.0.0: all)
     stats_file: Path | None = None
     transaction_timeout_ms: int = 10_000
     static_membership: bool = False  # group.instance.id = worker_id: a restart keeps its partitions
+    #: take well-formed table upserts on the fast path (off: every record takes the general
+    #: path, the same outcome more slowly; for diagnosis and the tests that compare them)
+    fast_path: bool = True
+    #: keep the entity directory (services/worker/directory.py) so entities can change
+    #: group across partitions; only a one-partition input topic can do without
+    directory: bool = True
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:

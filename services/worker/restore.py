@@ -1,35 +1,69 @@
-"""Restore a partition's RocksDB from the compacted state topic before processing it."""
+"""Restore a partition's RocksDB from its compacted changelog, in the background.
+
+A partition assigned to the worker is paused until its store is restored; the worker's other
+partitions keep flowing meanwhile (no long transaction, no stalled poll loop). :class:`Restore`
+runs :func:`restore_partition` on a thread and reports its progress.
+
+Which changelog records a restore replays:
+
+- from the offset stored with the local state (0 for a new store), to the committed end
+  of the changelog, or to ``until`` (the directory, whose changelog is also its input);
+- a store is wiped and rebuilt from the start when its offset lies before the changelog's
+  start (data deleted by retention), or when tombstones written since the store was last
+  consistent with the changelog could have been compacted away: a tombstone is kept
+  ``delete.retention.ms`` after the cleaner first sees it, so a store last written longer
+  ago than half that (``tombstone_retention_ms``) may miss a delete made by another owner
+  meanwhile and would resurrect the entity;
+- only committed records (``read_committed``), so no half-written transaction reaches the
+  table.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from fifolane.serde.state_records import StateRecordReader
+from fifolane.errors import KafkaRetriableError
+from services.worker.kafka import Record
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
-__all__ = ["restore_partition"]
+__all__ = ["Restore", "RowReader", "restore_partition"]
 
 log = logging.getLogger(__name__)
 
+#: A changelog record as a row for :meth:`PartitionStore.restore_batch`, or None to skip it.
+RowReader = Callable[[Record, bool], "RestoredRow | None"]
+
+
+@dataclass
+class Progress:
+    """How far a restore is: records replayed of those to replay."""
+
+    done: int = 0
+    total: int = 0
+
 
 def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, stores: StoreManager,
-                      stats: Stats, codec: Any, batch: int = 20_000,
-                      wait_open_txn_s: float = 30.0) -> PartitionStore:
-    """Bring the local store of ``partition`` up to the committed end of its changelog.
+                      stats: Stats, read: RowReader, *, batch: int = 20_000,
+                      wait_open_txn_s: float = 30.0, until: int | None = None,
+                      tombstone_retention_ms: int | None = None,
+                      progress: Progress | None = None,
+                      cancelled: Callable[[], bool] = lambda: False,
+                      make_consumer: Callable[[dict[str, Any]], Any] = Consumer) -> PartitionStore:
+    """Bring the local store of ``partition`` up to its changelog (see the module docstring).
 
-    Replays from the offset stored with the local state (0 for a new store). A store whose
-    offset lies before the log start (data deleted by retention) is wiped and rebuilt.
-    Only committed records are read, so no half-written transaction reaches the table.
-    Versions and groups come from the tombstones' headers and the upserts' values
-    (``codec``), see :mod:`fifolane.serde.state_records`.
+    ``read(msg, raw)``: the row a changelog record gives (``raw``: the store keeps values
+    unread, see :class:`PartitionStore`).
     """
-    read = StateRecordReader(codec).read
+    progress = progress or Progress()
     store = stores.open(partition)
     conf = {
         **kafka_conf,
@@ -45,73 +79,139 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         # broker hold that one for the default 500 ms.
         "fetch.wait.max.ms": 20,
     }
-    consumer = Consumer(conf)
+    consumer = make_consumer(conf)
     try:
         tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=30)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+        except KafkaException as exc:
+            raise KafkaRetriableError(f"restore of {topic}[{partition}]: {exc}") from exc
+        if until is not None:
+            high = min(high, until)
         start = store.changelog_offset
+        written = store.written_at_ms
         if start < low:
-            log.info("partition %d: local state predates the changelog start, rebuilding", partition)
+            log.info("%s[%d]: local state predates the changelog start, rebuilding", topic, partition)
+            store = stores.wipe(partition)
+            start = low
+        elif (tombstone_retention_ms is not None and not store.is_empty()
+              and (written is None or time.time() * 1000 - written > tombstone_retention_ms / 2)):
+            log.info("%s[%d]: local state is older than half the tombstone retention (%d ms): "
+                     "deletes made since may be compacted away, rebuilding", topic, partition,
+                     tombstone_retention_ms)
             store = stores.wipe(partition)
             start = low
         if start >= high:
             return store
         todo = high - start
+        progress.total = todo
         stats.restoring += 1
         stats.restore_total += todo
-        t0 = last_log = time.monotonic()
-        done = 0
-        consumer.assign([TopicPartition(topic, partition, start)])
-        next_offset = start
-        fresh = start == low and store.is_empty()
-        # Without a group index the group of an upsert is not needed now: keep values raw.
-        raw = not store.group_index and store.read_value is not None
-        # ``high`` counts records of transactions still open (say, of a worker that was
-        # killed): keep reading until the position passes it, so a transaction that the
-        # coordinator still commits is not missed. Bounded by the transaction timeout.
-        deadline = time.monotonic() + wait_open_txn_s
-        at_end = False
-        while not at_end:
-            rows: list[RestoredRow] = []
-            append = rows.append
-            # consume() returns when it has that many records or at the timeout: do not ask
-            # for more than are left (a transactional changelog has fewer, since commit
-            # markers take offsets too; then the timeout ends the last batch).
-            msgs: list[Any] = consumer.consume(max(1, min(batch, high - next_offset)), timeout=0.1)
-            eof = False
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof = True
-                        continue
-                    raise RuntimeError(f"restore of {topic}[{partition}] failed: {err}")
-                next_offset = msg.offset() + 1
-                value = msg.value()
-                if raw and value is not None:
-                    append((msg.key(), None, False, "", value))  # read on first use
-                    continue
-                state = read(value, msg.headers())
-                if state is not None:  # else not written by a fifolane worker: nothing to keep
-                    append((msg.key(), state.version, state.deleted, state.group, None if state.deleted else value))
-            if next_offset >= high:
-                at_end = True  # the last record is in: no need to wait for the end-of-partition event
-            elif eof or len(msgs) < batch:
-                pos = consumer.position([tp])[0].offset
-                if pos >= 0:
-                    next_offset = max(next_offset, pos)
-                at_end = next_offset >= high or time.monotonic() > deadline
-            if rows or at_end:
-                store.restore_batch(rows, next_offset, fresh=fresh)
-                done += len(rows)
-                stats.restored_records += len(rows)
-            now = time.monotonic()
-            if now - last_log > 2:
-                log.info("restoring %s[%d]: %d/%d records", topic, partition, next_offset - start, todo)
-                last_log = now
-        took = time.monotonic() - t0
-        log.info("restored %s[%d]: %d records in %.2fs", topic, partition, done, took)
-        stats.restoring -= 1
+        try:
+            _replay(consumer, store, topic, partition, start, high, low, read, batch,
+                    wait_open_txn_s, progress, stats, cancelled)
+        finally:
+            stats.restoring -= 1
         return store
     finally:
         consumer.close()
+
+
+def _replay(consumer: Consumer, store: PartitionStore, topic: str, partition: int, start: int,
+            high: int, low: int, read: RowReader, batch: int, wait_open_txn_s: float,
+            progress: Progress, stats: Stats, cancelled: Callable[[], bool]) -> None:
+    t0 = last_log = time.monotonic()
+    done = 0
+    tp = TopicPartition(topic, partition)
+    consumer.assign([TopicPartition(topic, partition, start)])
+    next_offset = start
+    fresh = start == low and store.is_empty()
+    # Without a group index the group of an upsert is not needed now: keep values raw.
+    raw = not store.group_index and store.read_value is not None
+    # ``high`` counts records of transactions still open (say, of a worker that was
+    # killed): keep reading until the position passes it, so a transaction that the
+    # coordinator still commits is not missed. Bounded by the transaction timeout.
+    deadline = time.monotonic() + wait_open_txn_s
+    at_end = False
+    while not at_end:
+        if cancelled():
+            raise _Cancelled
+        rows: list[RestoredRow] = []
+        append = rows.append
+        # consume() returns when it has that many records or at the timeout: do not ask for
+        # more than are left (a transactional changelog has fewer, since commit markers take
+        # offsets too; then the timeout ends the last batch).
+        msgs: list[Any] = consumer.consume(max(1, min(batch, high - next_offset)), timeout=0.1)
+        eof = False
+        for msg in msgs:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eof = True
+                    continue
+                raise KafkaRetriableError(f"restore of {topic}[{partition}] failed: {err}")
+            offset = msg.offset()
+            if offset is None or offset >= high:
+                at_end = True
+                break
+            next_offset = offset + 1
+            row = read(msg, raw)
+            if row is not None:  # else not written by a fifolane worker: nothing to keep
+                append(row)
+        if next_offset >= high:
+            at_end = True  # the last record is in: no need to wait for the end-of-partition event
+        elif eof or len(msgs) < batch:
+            pos = consumer.position([tp])[0].offset
+            if pos >= 0:
+                next_offset = max(next_offset, min(pos, high))
+            at_end = next_offset >= high or time.monotonic() > deadline
+        if rows or at_end:
+            store.restore_batch(rows, next_offset, fresh=fresh)
+            done += len(rows)
+            stats.restored_records += len(rows)
+        progress.done = next_offset - start
+        now = time.monotonic()
+        if now - last_log > 2:
+            log.info("restoring %s[%d]: %d/%d records", topic, partition, next_offset - start, high - start)
+            last_log = now
+    log.info("restored %s[%d]: %d records in %.2fs", topic, partition, done, time.monotonic() - t0)
+
+
+class _Cancelled(Exception):
+    """The partition was revoked while it restored."""
+
+
+class Restore:
+    """One partition's restore on a thread: poll :attr:`finished`, then :meth:`result`."""
+
+    def __init__(self, run: Callable[..., PartitionStore], topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.progress = Progress()
+        self.error: BaseException | None = None
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._run = run
+        self.started = time.monotonic()
+        self._thread = threading.Thread(target=self._main, name=f"restore-{topic}-{partition}", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._run(progress=self.progress, cancelled=self._cancel.is_set)
+        except _Cancelled:
+            pass
+        except BaseException as exc:  # reported by result(); the worker retries
+            self.error = exc
+            log.warning("restore of %s[%d] failed: %s", self.topic, self.partition, exc)
+        finally:
+            self._done.set()
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Stop (the partition was revoked) and wait for the thread."""
+        self._cancel.set()
+        self._done.wait(60)

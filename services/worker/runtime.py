@@ -1,16 +1,22 @@
 """The worker: consume the input topic, run handlers per FIFO group, commit exactly once.
 
-One poll thread owns the consumer, the producer, the stores and the scheduler. Handlers
-that are not inline run on a thread pool (sync) or an asyncio loop (async); their results
-come back through a queue and are applied on the poll thread, so every state change,
-output and notification is produced from one thread, in group order.
+The :class:`Worker` is the poll loop and the wiring; the parts it wires own their state:
 
-Checkpoints: every ``commit_interval`` the worker stops taking new events, drains what it
-has (every consumed event is then processed, superseded or dead-lettered), and commits
-the produced records together with the input offsets in one Kafka transaction
-(services/worker/checkpoint.py). Staged RocksDB writes are persisted after that commit.
-A crash at any point therefore loses nothing and applies nothing twice: uncommitted work
-is replayed from the input. The table handler's hot path is services/worker/fastpath.py.
+- :class:`services.worker.checkpoint.Checkpoint`: the producer and the open transaction
+  (offsets, commit, abort, rewind);
+- :class:`services.worker.assignment.Assignment`: owned partitions, their restores, their
+  :class:`services.worker.table.TableApplier` (every entity write goes through one);
+- :class:`services.worker.fastpath.FastPath`: taking consumed batches;
+- :class:`services.worker.scheduler.GroupScheduler` and
+  :class:`services.worker.calls.HandlerCalls`: per-group order and handler calls;
+- a :class:`services.worker.sink.ChangeSink` (cluster listeners), seeing a narrow context.
+
+One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an
+asyncio loop (async); their results come back through a queue and are applied on the poll
+thread, so every state change, output and notification is produced from one thread, in group
+order. Every ``commit_interval`` (and as soon as the input is drained) the worker stops
+taking new events, drains what it has and commits. docs/architecture.md follows one event
+from poll to commit.
 """
 
 from __future__ import annotations
@@ -20,42 +26,55 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
 from fifolane.config import Settings
+from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
 from fifolane.serde import Decoded, SchemaCatalog, make_codec
-from fifolane.serde.state_records import StateRecordReader, state_headers
-from services.worker import checkpoint as checkpoints
+from fifolane.serde.catalog import EntityType
+from fifolane.serde.state_records import StateRecordReader
 from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
+from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls, Result
+from services.worker.checkpoint import Checkpoint, Outcome
 from services.worker.clients import consumer_config, producer_config
-from services.worker.dlq import dead_letter_headers
-from services.worker.effects import Effects, Write
-from services.worker.fastpath import ingest_batch
+from services.worker.directory import DirectoryApplier, MoveOut, claim_value, move_out, restored_row
+from services.worker.dlq import dead_letter
+from services.worker.effects import Effects, check_effects
+from services.worker.fastpath import FastPath, TableType
 from services.worker.ingest import Rejected, to_event
+from services.worker.kafka import KafkaClients, Record, WorkerConsumer
+from services.worker.limits import Limits
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.rebalance import Rebalance
+from services.worker.restore import Restore, restore_partition
 from services.worker.scheduler import GroupScheduler
-from services.worker.state import PartitionStore, Row, StoreManager
+from services.worker.sink import ChangeSink
+from services.worker.state import PartitionStore, RestoredRow, Row, StoreManager
+from services.worker.table import APPLIED, STALE, TableApplier
 
 __all__ = ["Worker", "load_app"]
 
 log = logging.getLogger(__name__)
 
-_EOF = KafkaError._PARTITION_EOF
-
 
 class Worker:
-    """A fifolane worker process (see the module docstring for the protocol)."""
+    """A fifolane worker process (see the module docstring).
+
+    ``sink``: an optional change sink (``listeners`` is its older name). ``clients``: how
+    the Kafka clients are made (:class:`services.worker.kafka.KafkaClients`; unit tests
+    pass fakes).
+    """
 
     def __init__(self, settings: Settings, app: App | None = None,
-                 options: WorkerOptions | None = None, *,
-                 catalog: SchemaCatalog | None = None, listeners: Any = None) -> None:
+                 options: WorkerOptions | None = None, *, catalog: SchemaCatalog | None = None,
+                 sink: ChangeSink | None = None, listeners: ChangeSink | None = None,
+                 clients: KafkaClients | None = None) -> None:
         self.settings = settings
         self.app = app or App()
         self.opts = options or WorkerOptions(worker_id="worker")
@@ -64,71 +83,98 @@ class Worker:
         self.group_id = self.opts.group_id or f"fifolane-{self.app.name}"
         self.eos = self.opts.guarantee == "exactly-once"
         self.stats = Stats(worker_id=self.opts.worker_id)
+        self.sink: ChangeSink | None = sink if sink is not None else listeners
         self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency)
-        state_dir = self.opts.state_dir or settings.home / "state" / self.opts.worker_id
-        # Only app handlers read groups (GroupState.scan): a table-only worker keeps no index.
+        self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff,
+                                  self.codec, self.catalog)
+        self._stop = threading.Event()
+        self._next_checkpoint = 0.0
+        self._next_stats = 0.0
+        self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+        self.metrics_port: int | None = None
+        self.topics = Topics(settings.input_topic, settings.directory_topic if self.opts.directory else None)
+        state_dir = Path(self.opts.state_dir or settings.home / "state" / self.opts.worker_id)
         reader = StateRecordReader(self.codec)
 
         def read_value(value: bytes) -> tuple[int, str] | None:
             found = reader.read(value, None)
             return None if found is None else (found.version, found.group)
 
-        self.stores = StoreManager(Path(state_dir), self.group_id, group_index=bool(self.app.types),
+        # Only app handlers read groups (GroupState.scan): a table-only worker keeps no index.
+        self.stores = StoreManager(state_dir, self.group_id, group_index=bool(self.app.types),
                                    read_value=read_value)
-        self.listeners = listeners  # optional change sink (cluster listeners)
-        self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff,
-                                  self.codec, self.catalog)
-        self._assigned: set[int] = set()
-        self._next_offsets: dict[int, int] = {}  # input offsets to commit, per partition
-        self._txn_start: dict[int, int] = {}  # first input offset of the open transaction
-        self._txn_open = False
-        self._stop = threading.Event()
-        self._next_checkpoint = 0.0
-        self._next_marker = 0.0
-        self._next_stats = 0.0
-        self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
-        self._recoveries: list[float] = []
-        # librdkafka refuses larger records in produce() (MSG_SIZE_TOO_LARGE); its default is 1 MB.
-        self._max_message_bytes = int(settings.librdkafka.get("message.max.bytes", 1_000_000)) - 1024
-        self._delivery_error: KafkaError | None = None  # at-least-once: first failure since the last checkpoint
-        self._producer_conf: dict[str, Any] = {}
-        self.consumer: Consumer | None = None
-        self.producer: Producer | None = None
-        self.metrics_port: int | None = None
-        self._state_topic = settings.state_topic
-        self._dlq_topic = settings.dlq_topic
+        self._dir_stores = (StoreManager(state_dir, f"{self.group_id}.directory", cache_mb=16,
+                                         write_buffer_mb=16, group_index=False)
+                            if self.topics.directory else None)
+        self._read_state = reader.read
         # Entity types the fast path takes: handled by the built-in table handler, with key,
-        # group and version in top-level fields -> (entity-key prefix, type header, fields).
-        self._table_types: dict[str, tuple[bytes, bytes, str, str, str]] = {
+        # group and version in top-level fields.
+        self._table_types: dict[str, TableType] = {
             t.name: (f"{t.name}/".encode(), t.name.encode(), t.key_path, t.group_path, t.version_field)
             for t in self.catalog
             if self.app.handler_for(t.name).fn is table_handler
             and "." not in t.key_path + t.group_path + t.version_field
-        }
-        # Reads key, group and version of those types' upserts without decoding the record.
-        # Change sinks get record=None and decode the value only if a listener needs it.
-        self._scan = self.codec.scanner(self._table_types) if self._table_types else None
+        } if self.opts.fast_path else {}
+        self.consumer: WorkerConsumer | None = None
+        self.ckpt: Checkpoint | None = None
+        self.assignment: Assignment | None = None
+        self._fast: FastPath | None = None
+        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_max)
+        self._retention_ms: int | None = None
+        self._topic_configs: dict[str, dict[str, str]] = {}
+        self.clients = clients or KafkaClients(settings.kafka_config())
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
         """Ask the poll loop to finish its checkpoint and leave the group."""
         self._stop.set()
 
-    def _connect(self) -> None:
+    def connect(self) -> None:
+        """Make the clients and join the group (``run`` does this first)."""
         s, o = self.settings, self.opts
-        self.consumer = Consumer(s.kafka_config(**consumer_config(o, self.group_id)))
-        pconf = producer_config(o, self.group_id, self._on_delivery_error)
-        self._producer_conf = pconf
-        self.producer = Producer(s.kafka_config(**pconf))
+        clients = self.clients
+        self.consumer = clients.consumer(consumer_config(o, self.group_id))
+        producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
+        names = [t for t in (self.topics.input, s.state_topic, s.dlq_topic, self.topics.directory) if t]
+        self._topic_configs = clients.topic_configs(names)
+        retention = self._topic_configs.get(s.state_topic, {}).get("delete.retention.ms")
+        self._retention_ms = int(retention) if retention else None
+        staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
+        self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
         if self.eos:
-            # Fences a previous incarnation with the same id and aborts its open transaction.
-            self.producer.init_transactions(60)
+            # Fences a previous incarnation with the same id and settles its open transaction.
+            producer.init()
+        self.stores.marks = self._changelog_end
+        self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
+                                     directory_stores=self._dir_stores, restore=self._restore,
+                                     make_table=self._make_table, make_directory=self._make_directory,
+                                     sink=self.sink, stats=self.stats)
+        self._fast = FastPath(input_topic=self.topics.input, tables=self.assignment.tables,
+                              table_types=self._table_types, codec=self.codec, busy=self.sched.queues,
+                              ckpt=self.ckpt, stats=self.stats, sink=self.sink, general=self._ingest,
+                              refuse=self._refuse, other_topics=self.topics.directory is not None)
+        if self.sink is not None:
+            self.sink.open(_Context(self))
         if o.metrics_port is not None:
-            self.metrics_port = serve_metrics(self.stats, o.metrics_port)
-            log.info("metrics on :%d/metrics", self.metrics_port)
-        rebalance = Rebalance(self)
-        self.consumer.subscribe([s.input_topic], on_assign=rebalance.on_assign,
+            self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
+            log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
+        rebalance = Rebalance(self.assignment, self.checkpoint, self._abort_lost)
+        topics = [t for t in (self.topics.input, self.topics.directory) if t]
+        self.consumer.subscribe(topics, on_assign=rebalance.on_assign,
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
+
+    def _topic_max(self, topic: str) -> int | None:
+        """The topic's max.message.bytes (asked of the broker for topics not seen yet)."""
+        known = self._topic_configs.get(topic)
+        if known is None:
+            try:
+                known = self.clients.topic_configs([topic], timeout=10).get(topic, {})
+            except WorkerError as exc:  # a topic not there yet: Kafka's default for now
+                log.info("max.message.bytes of %s not known now: %s", topic, exc)
+                return None
+            self._topic_configs[topic] = known
+        value = known.get("max.message.bytes")
+        return int(value) if value else None
 
     def run(self) -> None:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
@@ -138,8 +184,7 @@ class Worker:
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
-        self._connect()
-        assert self.consumer is not None
+        self.connect()
         log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
                  self.group_id, self.opts.concurrency, self.opts.guarantee)
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
@@ -152,32 +197,50 @@ class Worker:
 
     def poll_once(self) -> None:
         """One turn of the loop: take a batch, run what is ready, checkpoint when due."""
-        consumer = self.consumer
-        assert consumer is not None
+        consumer, ckpt, assignment = self.consumer, self.ckpt, self.assignment
+        assert consumer is not None and ckpt is not None and assignment is not None and self._fast
+        if assignment.busy():
+            assignment.advance()
         sched = self.sched
         got = 0
-        if sched.queued < self._buffer_limit():
+        room = ckpt.room()
+        if sched.queued < self._buffer_limit() and room != 0:
             # What the client has fetched already; when that is nothing and nothing else is
             # waiting, block until the first record arrives (consume() would wait for a full
             # batch or the timeout: 100 ms of latency per batch at low rates).
-            msgs = consumer.consume(1000, timeout=0)
+            n = 1000 if room is None else min(1000, room)
+            msgs = consumer.consume(n, timeout=0)
             if not msgs and sched.idle():
                 first = consumer.poll(0.1)
                 if first is not None:
-                    msgs = [first, *consumer.consume(999, timeout=0)]
+                    msgs = [first, *consumer.consume(n - 1, timeout=0)] if n > 1 else [first]
             got = len(msgs)
-            try:
-                self._ingest_batch(msgs)
-            except KafkaException as exc:  # the producer failed mid-batch: replay the batch
-                self._abort(exc)
-                return
-        self._pump(block=got == 0 and sched.in_flight > 0)
-        if time.monotonic() >= self._next_checkpoint:
+            if got:
+                aborts = self.stats.aborts
+                self.take(msgs)
+                if self.stats.aborts != aborts:  # the producer failed mid-batch: replayed
+                    return
+        try:
+            self._pump(block=got == 0 and sched.in_flight > 0)
+        except KafkaClientError as exc:
+            self._abort(exc)
+            return
+        if time.monotonic() >= self._next_checkpoint or ckpt.room() == 0:
             self.checkpoint()
-        elif got == 0 and self._txn_open and sched.idle():
+        elif got == 0 and ckpt.is_open and sched.idle():
             # Caught up: nothing waits, so committing now costs no throughput and makes
             # the work visible without waiting for the interval.
             self.checkpoint()
+
+    def take(self, records: list[Record]) -> None:
+        """Take consumed records into the open transaction (what ``poll_once`` does with a
+        batch); a Kafka failure aborts and rewinds."""
+        assert self.ckpt is not None and self._fast is not None
+        try:
+            self.ckpt.open()
+            self._fast.take(records)
+        except KafkaClientError as exc:
+            self._abort(exc)
 
     def _buffer_limit(self) -> int:
         """How many events may wait in group queues.
@@ -194,86 +257,188 @@ class Worker:
 
     def close(self) -> None:
         if self.consumer is not None:
-            try:
-                self.consumer.close()  # revokes: our on_revoke checkpoints first
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("consumer close: %s", exc)
+            self.consumer.close()  # revokes: our on_revoke checkpoints first
             self.consumer = None
-        if self.producer is not None:
+        if self.ckpt is not None:
             try:
-                self.producer.flush(10)
-            except KafkaException as exc:
+                self.ckpt.producer.flush(10)
+            except KafkaClientError as exc:
                 log.warning("producer flush on close: %s", exc)
-            self.producer = None
+        if self.assignment is not None:
+            for task in list(self.assignment.restoring.values()):
+                task.cancel()
         self.calls.shutdown()
         self.stores.close_all()
-        if self.listeners is not None and hasattr(self.listeners, "close"):
-            self.listeners.close()
+        if self._dir_stores is not None:
+            self._dir_stores.close_all()
+        if self.sink is not None:
+            self.sink.close()
         self._write_stats(force=True)
 
-    # ------------------------------------------------------------------ ingest
-    def _ingest_batch(self, msgs: list[Any]) -> None:
-        """Take a consumed batch (the hot path: services/worker/fastpath.py)."""
-        ingest_batch(self, msgs)
+    # ------------------------------------------------------------------ wiring
+    def _make_table(self, p: int) -> TableApplier:
+        assert self.ckpt is not None
+        claim = self._claim if self.topics.directory else None
+        return TableApplier(self.stores.stores[p], self.ckpt.producer.produce,
+                            state_topic=self.settings.state_topic,
+                            room=self.limits.room(self.settings.state_topic), stats=self.stats,
+                            sink=self.sink, claim=claim, state_headers=self.settings.state_headers)
 
-    def _ingest(self, msg: Any, decoded: Decoded | None = None) -> None:
+    def _make_directory(self, p: int) -> DirectoryApplier:
+        assert self.ckpt is not None and self._dir_stores is not None and self.topics.directory
+        return DirectoryApplier(self._dir_stores.stores[p], self.topics.directory, self.topics.input,
+                                self.ckpt.produce, self.stats)
+
+    def _claim(self, partition: int, ekey: bytes, group: str, version: int, deleted: bool) -> None:
+        assert self.ckpt is not None and self.topics.directory
+        self.ckpt.produce(self.topics.directory, claim_value(group, partition, version, deleted), ekey)
+        self.stats.claims_sent += 1
+
+    def _restore(self, topic: str, p: int) -> Restore:
+        conf: dict[str, Any] = {}
+        make = self.clients.restore_consumer
+        wait = self.opts.transaction_timeout_ms / 1000 * 2
+        if topic == self.topics.input:
+            def run(**kw: Any) -> PartitionStore:
+                return restore_partition(conf, self.settings.state_topic, p, self.stores, self.stats,
+                                         self._state_row, make_consumer=make, wait_open_txn_s=wait,
+                                         tombstone_retention_ms=self._retention_ms, **kw)
+        else:
+            assert self._dir_stores is not None and self.ckpt is not None
+            until = self.ckpt.base_of(topic, p) or 0
+
+            def run(**kw: Any) -> PartitionStore:
+                assert self._dir_stores is not None
+                return restore_partition(conf, topic, p, self._dir_stores, self.stats, restored_row,
+                                         make_consumer=make, wait_open_txn_s=wait, until=until, **kw)
+        return Restore(run, topic, p)
+
+    def _state_row(self, msg: Record, raw: bool) -> RestoredRow | None:
+        value, key = msg.value(), msg.key()
+        if key is None:
+            return None
+        if raw and value is not None:
+            return (key, None, False, "", value)  # read on first use
+        state = self._read_state(value, msg.headers())
+        if state is None:
+            return None  # not written by a fifolane worker: nothing to keep
+        return (key, state.version, state.deleted, state.group, None if state.deleted else value)
+
+    def _changelog_end(self, p: int) -> int | None:
+        if self.consumer is None:
+            return None
+        try:
+            return self.consumer.watermarks(TopicPartition(self.settings.state_topic, p), timeout=10)[1]
+        except KafkaClientError as exc:
+            log.info("state topic end of partition %d not known now: %s", p, exc)
+            return None
+
+    # ------------------------------------------------------------------ the general path
+    def _ingest(self, msg: Record, decoded: Decoded | None = None) -> None:
+        """Take one record the fast path did not (any kind of record)."""
         err = msg.error()
         if err is not None:
-            if err.code() != _EOF:
+            if err.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", err)
             return
-        p = msg.partition()
-        if p not in self._assigned:
-            return  # prefetched for a partition we just gave up
-        if not self._txn_open:
-            self._begin()
-        offset = msg.offset()
-        self._next_offsets[p] = offset + 1
-        self._txn_start.setdefault(p, offset)
+        ckpt, assignment = self.ckpt, self.assignment
+        assert ckpt is not None and assignment is not None
+        topic, p, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic != self.topics.input:
+            directory = assignment.directories.get(p)
+            if directory is not None and topic == self.topics.directory:
+                ckpt.consumed(topic, p, offset)
+                directory.apply(msg.key(), msg.value())
+            return
+        if p not in assignment.tables:
+            return  # not ours (any more), or not restored yet: replayed once it is
+        ckpt.consumed(topic, p, offset)
         self.stats.consumed += 1
+        poison = ckpt.poison_of(topic, p, offset)
+        if poison is not None:
+            self._refuse(msg, "output-refused", poison)
+            ckpt.forget_poison(topic, p, offset)
+            return
         event = to_event(msg, self.codec, decoded)
         if isinstance(event, Rejected):
-            self._dead_letter(msg, event.reason, event.error)
+            self._refuse(msg, event.reason, event.error)
             return
-        spec = self.app.handler_for(event.type)
-        if spec.inline and not self.sched.has_group(event.group):
+        spec = self.app.handler_for(event.type) if event.op != "move-out" else None
+        if spec is not None and spec.inline and not self.sched.has_group(event.group):
             self._run_inline(event, spec)
         else:
             self.sched.submit(event)
 
-    # ------------------------------------------------------------------ handlers
     def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
         if spec.fn is table_handler:
             self._apply_table(event)
             return
-        store = self.stores.stores[event.partition]
-        if self._is_stale(store, event):
+        assert self.assignment is not None
+        table = self.assignment.tables[event.partition]
+        if table.prior(event.entity_key, event.version) is STALE:
+            self.stats.superseded += 1
             return
-        self._finish(self.calls.call_sync(event, spec, store), scheduled=False)
+        self._finish(self.calls.call_sync(event, spec, table.store), scheduled=False)
 
     def _start(self, event: Event) -> None:
         """Dispatch the head event of a group (called by the scheduler)."""
-        store = self.stores.stores[event.partition]
+        assert self.assignment is not None
+        table = self.assignment.tables.get(event.partition)
+        if table is None:  # its partition went away while it waited: replayed by the new owner
+            self.sched.complete(event)
+            return
+        if event.op == "move-out":
+            self._move_out(table, event)
+            self.sched.complete(event)
+            return
         spec = self.app.handler_for(event.type)
         if spec.fn is table_handler:
             self._apply_table(event)
             self.sched.complete(event)
             return
-        if self._is_stale(store, event):
+        if table.prior(event.entity_key, event.version) is STALE:
+            self.stats.superseded += 1
             self.sched.complete(event)
             return
         if spec.inline:
-            self._finish(self.calls.call_sync(event, spec, store))
+            self._finish(self.calls.call_sync(event, spec, table.store))
         else:
-            self.calls.submit(event, spec, store)
+            self.calls.submit(event, spec, table.store)
 
-    def _is_stale(self, store: PartitionStore, event: Event) -> bool:
-        row = store.get(event.entity_key)
-        if row is not None and event.version <= row.version:
+    def _apply_table(self, event: Event) -> None:
+        """The built-in table handler: apply the upsert or delete."""
+        assert self.assignment is not None
+        table = self.assignment.tables[event.partition]
+        if event.op == "delete":
+            outcome = table.write(event.entity_key, Row(event.version, True, event.group, None), None,
+                                  event.offset, event.timestamp)
+        else:
+            outcome = table.upsert(event.entity_key, event.type.encode(), event.group,
+                                   event.group.encode(), event.version, event.raw, event.value,
+                                   event.offset, event.timestamp)
+        self._count(outcome, event)
+
+    def _count(self, outcome: int, event: Event) -> None:
+        if outcome == APPLIED:
+            self.stats.processed += 1
+            self.stats.state_writes += 1
+        elif outcome == STALE:
             self.stats.superseded += 1
-            return True
-        return False
+        else:
+            self._refuse_event(event, "too-large", f"the state record of {event.type} {event.key} is "
+                               "over the bytes the state topic takes")
 
+    def _move_out(self, table: TableApplier, event: Event) -> None:
+        assert event.value is not None
+        move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
+                       bool(event.value["to_deleted"]))
+        removed = move_out(table, move, event.partition, event.offset, event.timestamp,
+                           lambda ekey, group, version, deleted: self._claim(
+                               event.partition, ekey, group, version, deleted))
+        self.stats.processed += 1
+        self.stats.moves_applied += int(removed)
+
+    # ------------------------------------------------------------------ handler results
     def _pump(self, block: bool) -> None:
         """Dispatch ready groups and apply finished handler calls until nothing moves."""
         sched = self.sched
@@ -294,141 +459,64 @@ class Worker:
         event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
         self._avg_call += 0.05 * (took - self._avg_call)  # EWMA of a handler call
-        refused = None if exc is not None or effects is None else self._too_large(effects)
-        if exc is not None:
-            log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
-                        event.type, event.key, event.group, event.offset, retries, exc)
-            self._dead_letter_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
-        elif refused is not None:
-            # Kafka would refuse it on every replay: none of the call's effects are applied.
-            log.warning("handler result for %s %s (group %s, offset %d) refused: %s",
-                        event.type, event.key, event.group, event.offset, refused)
-            self._dead_letter_event(event, "handler-error", refused)
-        else:
+        try:
+            if exc is not None:
+                log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
+                            event.type, event.key, event.group, event.offset, retries, exc)
+                self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
+                return
             assert effects is not None
+            refused = check_effects(effects, self.limits, self.settings.state_topic)
+            if refused is not None:
+                # Kafka would refuse it on every replay: none of the call's effects are applied.
+                log.warning("handler result for %s %s (group %s, offset %d) refused: %s",
+                            event.type, event.key, event.group, event.offset, refused.error)
+                self._refuse_event(event, refused.reason, refused.error)
+                return
             self._apply(event, effects)
             self.stats.processed += 1
-        if scheduled:
-            self.sched.complete(event)
-
-    # ------------------------------------------------------------------ effects
-    def _apply_table(self, event: Event) -> None:
-        """The built-in table handler, without the generic machinery (events that
-        :meth:`_ingest_batch` hands to the general path: deletes, busy groups)."""
-        store = self.stores.stores[event.partition]
-        ekey = event.entity_key
-        old = store.get(ekey)
-        if old is not None and event.version <= old.version:
-            self.stats.superseded += 1
-            return
-        deleted = event.op == "delete"
-        new = Row(event.version, deleted, event.group, None if deleted else event.raw)
-        self._write(store, event, ekey, old, new, event.value)
-        self.stats.processed += 1
-
-    def _too_large(self, effects: Effects) -> str | None:
-        """Why a record of ``effects`` cannot be produced (over the producer's
-        ``message.max.bytes``), or None. Checked before anything is applied, so a handler
-        result is applied whole or dead-lettered whole."""
-        limit = self._max_message_bytes
-        for out in effects.outputs:
-            size = (_size(out.value) + _size(out.key)
-                    + sum(len(name) + len(value) + 8 for name, value in out.headers))
-            if size > limit:
-                return (f"output record for topic {out.topic} is {size} bytes, over the producer's "
-                        f"message.max.bytes ({limit}); send less, or raise it in FIFOLANE_LIBRDKAFKA "
-                        "(and max.message.bytes of the topic)")
-        for w in effects.writes.values():
-            size = _size(w.value) + len(w.type) + len(w.key) + len(w.group) + 64
-            if size > limit:
-                return (f"{w.type} {w.key} encodes to {size} bytes, over the producer's "
-                        f"message.max.bytes ({limit})")
-        return None
+        finally:
+            if scheduled:
+                self.sched.complete(event)
 
     def _apply(self, event: Event, effects: Effects) -> None:
-        store = self.stores.stores[event.partition]
+        assert self.assignment is not None and self.ckpt is not None
+        table = self.assignment.tables[event.partition]
         for ekey, w in effects.writes.items():
-            old = store.get(ekey)
-            if old is not None and w.version <= old.version:
+            outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
+                                  event.offset, event.timestamp)
+            if outcome == APPLIED:
+                self.stats.state_writes += 1
+            else:
                 self.stats.writes_superseded += 1
-                continue
-            self._write(store, event, ekey, old, _row(w), w.record)
-        produce = self._produce
+        produce = self.ckpt.produce
         for out in effects.outputs:
-            produce(out.topic, out.value, out.key, headers=list(out.headers))
+            produce(out.topic, out.value, out.key, -1, list(out.headers) or None)
             self.stats.outputs += 1
 
-    def _write(self, store: PartitionStore, event: Event, ekey: bytes, old: Row | None,
-               new: Row, record: dict[str, Any] | None) -> None:
-        store.put(ekey, new, old)
-        # A tombstone keeps the delete's version (and group) in headers; an upsert has them
-        # in its value (docs/formats.md).
-        headers = (state_headers(ekey[: ekey.find(b"/")], new.group.encode(), new.version)
-                   if new.deleted or self.settings.state_headers else None)
-        self._produce(self._state_topic, new.value, ekey, partition=event.partition, headers=headers)
-        self.stats.state_writes += 1
-        if self.listeners is not None:
-            self.listeners.on_change(self, event, ekey, old, new, record)
+    # ------------------------------------------------------------------ dead letters
+    def _refuse(self, msg: Record, reason: str, error: str) -> None:
+        """Dead-letter an input record (already counted as consumed)."""
+        self.dead_letter(msg.key(), msg.value(), msg.headers(), msg.topic() or "", msg.partition(),
+                          msg.offset(), reason, error)
 
-    def _produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                 partition: int = -1, headers: Any = None) -> None:
-        producer = self.producer
-        assert producer is not None
-        while True:
-            try:
-                if headers is None:
-                    producer.produce(topic, value, key, partition)
-                else:
-                    producer.produce(topic, value, key, partition, headers=headers)
-                return
-            except BufferError:
-                producer.poll(0.05)  # local queue full: let deliveries drain
+    def _refuse_event(self, event: Event, reason: str, error: str) -> None:
+        self.dead_letter(event.group.encode(), event.raw, event.headers, self.settings.input_topic,
+                          event.partition, event.offset, reason, error)
 
-    def _on_delivery_error(self, err: KafkaError | None, msg: Any) -> None:
-        """At-least-once only (exactly-once learns of failures from the commit): the
-        checkpoint then commits no offsets and replays its input instead."""
-        if err is not None:
-            log.error("delivery to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
-            if self._delivery_error is None:
-                self._delivery_error = err
-
-    def _dead_letter(self, msg: Any, reason: str, error: str) -> None:
-        headers = dead_letter_headers(msg.headers(), msg.topic() or "", msg.partition(), msg.offset(),
-                                      reason, error, self.opts.worker_id)
-        self._produce(self._dlq_topic, msg.value(), msg.key(), headers=headers)
+    def dead_letter(self, key: bytes | None, value: bytes | None, headers: Any, topic: str,
+                    partition: int, offset: int, reason: str, error: str) -> None:
+        """Send a record to the dead-letter topic in the open transaction (cut to fit)."""
+        assert self.ckpt is not None
+        dlq = self.settings.dlq_topic
+        key, value, hdrs = dead_letter(key, value, headers, topic=topic, partition=partition,
+                                       offset=offset, reason=reason, error=error,
+                                       worker_id=self.opts.worker_id, room=self.limits.room(dlq))
+        self.ckpt.produce(dlq, value, key, -1, hdrs)
         self.stats.dead_lettered += 1
         self.stats.dead_letter_reasons[reason] += 1
-
-    def _dead_letter_event(self, event: Event, reason: str, error: str) -> None:
-        headers = dead_letter_headers(event.headers, self.settings.input_topic, event.partition,
-                                      event.offset, reason, error, self.opts.worker_id)
-        self._produce(self._dlq_topic, event.raw, event.group.encode(), headers=headers)
-        self.stats.dead_lettered += 1
-        self.stats.dead_letter_reasons[reason] += 1
-
-    # ------------------------------------------------------------------ for change sinks
-    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                partition: int = -1, headers: Any = None) -> None:
-        """Send a record inside the current checkpoint's transaction (opened if needed).
-
-        For change sinks (cluster listeners): records sent here commit atomically with the
-        state changes and input offsets of the same checkpoint.
-        """
-        if not self._txn_open:
-            self._begin()
-        self._produce(topic, value, key, partition, headers)
-
-    @property
-    def assigned_partitions(self) -> list[int]:
-        return sorted(self._assigned)
 
     # ------------------------------------------------------------------ checkpoints
-    def _begin(self) -> None:
-        if self.eos:
-            assert self.producer is not None
-            self.producer.begin_transaction()
-        self._txn_open = True
-
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""
         while not self.sched.idle():
@@ -436,24 +524,75 @@ class Worker:
 
     def checkpoint(self) -> None:
         """Drain, then commit outputs, state and input offsets together (see checkpoint.py)."""
-        checkpoints.checkpoint(self)
+        ckpt = self.ckpt
+        assert ckpt is not None
+        self._next_checkpoint = time.monotonic() + self.opts.commit_interval
+        try:
+            self.drain()
+        except KafkaClientError as exc:
+            self._abort(exc)
+            return
+        if not ckpt.is_open:
+            if self.sink is not None:
+                self.sink.after_commit()
+            self._write_stats()
+            return
+        t0 = time.perf_counter()
+        outcome = ckpt.commit()
+        if not outcome.committed:
+            self._after_abort(outcome)
+            return
+        t1 = time.perf_counter()
+        if self.sink is not None:
+            # A safe point: nothing in flight, nothing staged, no open transaction.
+            self.sink.after_commit()
+        ms = (t1 - t0) * 1000
+        # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
+        # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
+        self._next_checkpoint = time.monotonic() + min(max(self.opts.commit_interval, 9 * (t1 - t0)), 5.0)
+        self.stats.commits += 1
+        self.stats.last_commit_ms = ms
+        self.stats.commit_ms_total += ms
+        self._write_stats()
 
-    def _abort(self, exc: KafkaException) -> None:
-        checkpoints.abort(self, exc)
+    def _abort(self, exc: KafkaClientError) -> None:
+        """Give up the open transaction and replay its input."""
+        assert self.ckpt is not None
+        self._forget_calls()
+        self._after_abort(self.ckpt.abort(exc))
 
-    def _rewind(self) -> None:
-        checkpoints.rewind(self)
+    def _abort_lost(self) -> None:
+        """Partitions were lost (a rebalance we missed): whatever is open cannot commit."""
+        assert self.ckpt is not None
+        if self.ckpt.is_open:
+            self._forget_calls()
+            self._after_abort(self.ckpt.abort(TransactionAbortedError("partitions lost",
+                                                                         code="PARTITIONS_LOST")))
 
-    # ------------------------------------------------------------------ rebalancing
-    def _release(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            self._assigned.discard(tp.partition)
-            self._next_offsets.pop(tp.partition, None)
-            self._txn_start.pop(tp.partition, None)
-            self.stores.close(tp.partition)
-        if self.listeners is not None:
-            self.listeners.on_release(self, [tp.partition for tp in partitions])
-        self.stats.assigned = sorted(self._assigned)
+    def _forget_calls(self) -> None:
+        # Handler calls still running would report events the scheduler no longer knows:
+        # wait for them (as a drain would) and drop their results; the events are replayed.
+        completions = self.calls.completions
+        for _ in range(self.sched.in_flight):
+            completions.get()
+
+    def _after_abort(self, outcome: Outcome) -> None:
+        assert self.assignment is not None
+        self.sched.clear()
+        self.calls.forget_completions()
+        if self.sink is not None:
+            self.sink.after_abort()
+        for topic, p in outcome.stale:
+            self.assignment.restore_again(topic, p)
+
+    def committed(self) -> bool:
+        """Nothing consumed but uncommitted (read under the GIL; a hint for tests)."""
+        return self.ckpt is not None and not self.ckpt.is_open and self.sched.idle()
+
+    @property
+    def assigned_partitions(self) -> list[int]:
+        """Input partitions being processed (restored)."""
+        return sorted(self.assignment.tables) if self.assignment is not None else []
 
     # ------------------------------------------------------------------ reporting
     def _write_stats(self, force: bool = False) -> None:
@@ -461,17 +600,48 @@ class Worker:
         if (self.opts.stats_file is None and self.metrics_port is None) or (now < self._next_stats and not force):
             return
         self._next_stats = now + 0.5
-        if self.consumer is not None:
-            update_lag(self.stats, self.consumer, self.settings.input_topic, self._assigned)
+        if self.consumer is not None and self.assignment is not None:
+            update_lag(self.stats, self.consumer, self.settings.input_topic, self.assignment.tables)
+            self.stats.restore_progress = {
+                f"{t}[{p}]": [task.progress.done, task.progress.total]
+                for (t, p), task in self.assignment.restoring.items()}
+        if self.ckpt is not None:
+            self.stats.bisecting = int(self.ckpt.bisecting)
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
 
 
-def _size(data: bytes | str | None) -> int:
-    if data is None:
-        return 0
-    return len(data.encode()) if isinstance(data, str) else len(data)
+class _Context:
+    """What a change sink sees of the worker (services.worker.sink.SinkContext)."""
 
+    def __init__(self, worker: Worker) -> None:
+        assert worker.ckpt is not None
+        self._ckpt = worker.ckpt
+        self._stores = worker.stores
+        self._decode = worker.codec.decode
+        self._catalog = worker.catalog
+        self._limits = worker.limits
+        self._dead_letter = worker.dead_letter
+        self.worker_id = worker.opts.worker_id
 
-def _row(w: Write) -> Row:
-    return Row(w.version, w.value is None, w.group, w.value)
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                partition: int = -1, headers: list[tuple[str, bytes]] | None = None) -> None:
+        self._ckpt.produce(topic, value, key, partition, headers)
+
+    def committed_rows(self, partition: int, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
+        store = self._stores.stores.get(partition)
+        return iter(()) if store is None else store.iter_committed(after)
+
+    def decode(self, value: bytes) -> dict[str, Any]:
+        record: dict[str, Any] = self._decode(value).record
+        return record
+
+    def entity_type(self, name: str) -> EntityType | None:
+        return self._catalog.types.get(name)
+
+    def room(self, topic: str) -> int:
+        return self._limits.room(topic)
+
+    def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+                    topic: str, partition: int, offset: int, reason: str, error: str) -> None:
+        self._dead_letter(key, value, headers, topic, partition, offset, reason, error)

@@ -7,6 +7,9 @@ Layout of one partition's RocksDB (raw bytes keys):
     i:<group>\\x00<type>/<key> -> b""      (group index, for GroupState.scan)
     m:changelog               -> next state-topic offset already reflected here (i64)
     m:group-index             -> b"1" if the group index is kept, b"0" if not
+    m:written-at              -> wall-clock ms of the last committed write (i64): a restore
+                                 replays the changelog from m:changelog only if no tombstone
+                                 written since could have been compacted away
 
 The group index serves ``GroupState.scan`` of app handlers; a worker without app handlers
 (only the built-in table handler) does not keep it, which saves a RocksDB write per new
@@ -28,13 +31,17 @@ from __future__ import annotations
 import logging
 import shutil
 import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
-__all__ = ["RAW_VERSION", "ROW_VERSION", "PartitionStore", "RestoredRow", "Row", "StoreManager", "ValueReader"]
+__all__ = [
+    "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
+    "RestoredRow", "Row", "StoreManager", "ValueReader",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,11 @@ _RAW_HEADER = _ROW.pack(RAW_VERSION, _FLAG_RAW, 0)
 ValueReader = Callable[[bytes], "tuple[int, str] | None"]
 _META_CHANGELOG = b"m:changelog"
 _META_GROUP_INDEX = b"m:group-index"
+_META_WRITTEN_AT = b"m:written-at"
+#: The longest FIFO-group value a row can hold (its length is packed in 16 bits).
+MAX_GROUP_BYTES = 0xFFFF
+#: Versions are signed 64-bit integers (Avro long); a row packs them so.
+MIN_VERSION, MAX_VERSION = -(2**63) + 1, 2**63 - 1
 
 
 @dataclass(slots=True)
@@ -223,6 +235,7 @@ class PartitionStore:
                 wb = WriteBatch(raw_mode=True)
             wb.put(_META_CHANGELOG, _OFFSET.pack(changelog_offset))
         if wb is not None:
+            wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
             self.db.write(wb)
         self.overlay.clear()
         self._moved.clear()
@@ -239,6 +252,12 @@ class PartitionStore:
     def changelog_offset(self) -> int:
         data = self.db.get(_META_CHANGELOG)
         return 0 if data is None else _OFFSET.unpack(data)[0]
+
+    @property
+    def written_at_ms(self) -> int | None:
+        """Wall-clock ms of the last write of this store's owner (None: never written)."""
+        data = self.db.get(_META_WRITTEN_AT)
+        return None if data is None else _OFFSET.unpack(data)[0]
 
     def restore_batch(self, rows: list[RestoredRow], next_offset: int, *, fresh: bool = False) -> None:
         """Apply changelog records directly (restore runs before any processing).
@@ -270,6 +289,7 @@ class PartitionStore:
             if index:
                 put(_index_key(group, ekey), b"")
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
+        wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
         self.db.write(wb)
 
 
@@ -278,8 +298,12 @@ class StoreManager:
     write-buffer budget, so memory stays bounded however many partitions a worker owns."""
 
     def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64,
-                 group_index: bool = True, read_value: ValueReader | None = None) -> None:
+                 group_index: bool = True, read_value: ValueReader | None = None,
+                 marks: Callable[[int], int | None] | None = None) -> None:
         self.root = state_dir / name
+        #: partition -> the changelog's end now, for the restore marker (None: unknown now)
+        self.marks = marks
+        self._next_marker = 0.0
         self.group_index = group_index
         self.read_value = read_value
         self.root.mkdir(parents=True, exist_ok=True)
@@ -332,6 +356,34 @@ class StoreManager:
         self.close(partition)
         shutil.rmtree(self.root / f"p{partition}", ignore_errors=True)
         return self.open(partition)
+
+    # -- a checkpoint's staged state (services.worker.checkpoint.Staged) -------------------
+    def prepare(self) -> object:
+        """The staged writes of every store as RocksDB batches (not written yet)."""
+        return {p: store.prepare() for p, store in self.stores.items()}
+
+    def apply(self, prepared: object) -> None:
+        """Write the batches of :meth:`prepare` (their transaction committed).
+
+        Every 30 s the batch also records each store's changelog end as its restore start:
+        we are the partition's only writer and all we wrote is committed. (An older marker
+        only makes the next restore read a little more; each costs a round trip.)
+        """
+        assert isinstance(prepared, dict)
+        now = time.monotonic()
+        refresh = self.marks is not None and now >= self._next_marker
+        if refresh:
+            self._next_marker = now + 30.0
+        for p, store in self.stores.items():
+            marker = self.marks(p) if refresh and self.marks is not None else None
+            if refresh and marker is None:
+                self._next_marker = now  # not known now (leader moving): try next time
+            store.apply(prepared.get(p), marker)
+
+    def rollback(self) -> None:
+        """Forget every staged write (their transaction aborted)."""
+        for store in self.stores.values():
+            store.rollback()
 
     def close_all(self) -> None:
         for p in list(self.stores):

@@ -29,9 +29,8 @@ PROJ = '{"id": value.reservation_id, "amount": value.amount}'
 
 
 def _worker(settings: Settings, wid: str) -> tuple[WorkerThread, ListenerRuntime]:
-    wt = WorkerThread(settings, worker_id=wid)
     rt = ListenerRuntime(settings)
-    wt.worker.listeners = rt
+    wt = WorkerThread(settings, worker_id=wid, listeners=rt)
     return wt, rt
 
 
@@ -135,9 +134,13 @@ def test_late_worker_removal_and_lease_expiry(settings: Settings, topics: dict[s
         assert [n["key"] for n in _notes(settings, "gone", 1)] == ["R1"]
         assert remove(settings, "gone") is True
         wait_until(lambda: "gone" not in rt.names())
-        # The lease runs out (no client renews it): the housekeeper tombstones it.
-        wait_until(lambda: [s.name for s in list_listeners(settings)] == ["keep"], timeout=20)
-        assert rt.names() == ["keep"] and rt.expired == 1
+        # The lease runs out (no client renews it): inactive at once on every worker, while
+        # its registration stays (expired) until it is renewed or removed: a worker never
+        # deletes a registration (its tombstone could land after a new one of that name).
+        wait_until(lambda: rt.names() == ["keep"], timeout=20, message=lambda: str(rt.names()))
+        assert rt.expired == 1
+        listed = {s.name: s for s in list_listeners(settings)}
+        assert sorted(listed) == ["keep", "leased"] and listed["leased"].is_expired()
         send_events(settings, [("reservation", reservation("R2", "F1", 1, amount=300.0), "upsert")])
         assert [n["key"] for n in _notes(settings, "keep", 2)] == ["R1", "R2"]
         assert [n["key"] for n in _notes(settings, "gone", 1)] == ["R1"]

@@ -41,9 +41,8 @@ def test_thousands_of_equality_listeners(settings: Settings, topics: dict[str, A
     specs = [ListenerSpec(name=f"c{i}", type="reservation", filter=f'value.customer_id == "c{i}"')
              for i in range(N)]  # fmt: skip
     _register_bulk(settings, specs)
-    wt = WorkerThread(settings, worker_id="many")
     rt = ListenerRuntime(settings)
-    wt.worker.listeners = rt
+    wt = WorkerThread(settings, worker_id="many", listeners=rt)
     try:
         with wt:
             wait_until(lambda: len(rt.names()) == N, timeout=60,

@@ -9,6 +9,7 @@ from kafka_fixtures import wait_until
 from worker_support import (
     WorkerThread,
     consume_all,
+    read_dlq,
     read_table,
     reservation,
     send_events,
@@ -109,16 +110,46 @@ def test_guarantees_and_metrics_endpoint(settings: Settings, topics: Any, guaran
     assert sorted(table) == sorted(f"reservation/M{i}" for i in range(50))
 
 
-def test_at_least_once_replays_records_the_broker_refused(settings: Settings, topics: Any) -> None:
-    """At-least-once commits no offsets past a record that was not delivered.
-
-    The handler's first output for one event is too large for the output topic, so the
-    broker refuses it (and the rest of its batch). The checkpoint must replay instead of
-    committing: in the end every event's output is there, the big one's retry included.
-    """
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_output_over_the_topic_limit_is_dead_lettered_up_front(settings: Settings, topics: Any,
+                                                                guarantee: str) -> None:
+    """A handler output larger than its topic's max.message.bytes would be refused by the
+    broker on every replay: the event is dead-lettered whole (nothing of it applied) before
+    anything is produced, and every other event's output gets through."""
     out_topic = f"{settings.input_topic}.out"
     create_topic(settings, out_topic, 1, {"max.message.bytes": "2048"})
-    app = App("alo-replay")
+    app = App("too-large")
+
+    @app.handler("reservation", inline=True)
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        state.emit(out_topic, event.key, b"x" * (8000 if event.key == "BIG" else 10))
+
+    events = [_ev(ADD, f"A{i}", 1, flight=f"F{i % 3}") for i in range(20)]
+    events.insert(10, _ev(ADD, "BIG", 1, flight="F1"))
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, guarantee=guarantee) as w:
+        wait_accounted([w], n)
+        assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (20, 1, 0)
+    delivered = {m.key().decode(): m.value() for m in consume_all(settings, out_topic)}
+    assert sorted(delivered) == sorted(f"A{i}" for i in range(20))
+    assert sorted(read_table(settings)) == sorted(f"reservation/{k}" for k in delivered)
+    [dead] = read_dlq(settings)
+    assert dead["reason"] == "handler-error" and "max.message.bytes" in dead["error"]
+    assert dead["key"] == b"F1"
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_record_the_broker_refuses_later_is_found_and_dead_lettered(settings: Settings, topics: Any,
+                                                                    guarantee: str) -> None:
+    """A record the broker refuses only when it arrives (here: no key, for a compacted
+    topic) fails its transaction, and would fail every replay. The worker bisects its
+    transactions down to the one input record that produced it, dead-letters that record
+    (reason ``output-refused``) and goes on: every other event is applied exactly once."""
+    out_topic = f"{settings.input_topic}.compacted"
+    create_topic(settings, out_topic, 1, {"cleanup.policy": "compact"})
+    app = App("refused")
     calls: dict[str, int] = {}
 
     @app.handler("reservation", inline=True)
@@ -126,23 +157,28 @@ def test_at_least_once_replays_records_the_broker_refused(settings: Settings, to
         assert event.value is not None
         calls[event.key] = calls.get(event.key, 0) + 1
         state.put("reservation", event.value)
-        body = b"x" * (8000 if event.key == "BIG" and calls[event.key] == 1 else 10)
-        state.emit(out_topic, event.key, body)
+        state.emit(out_topic, None if event.key == "BAD" else event.key, b"v")
 
-    events = [_ev(ADD, f"A{i}", 1, flight=f"F{i % 3}") for i in range(20)]
-    events.insert(10, _ev(ADD, "BIG", 1, flight="F1"))
+    events = [_ev(ADD, f"A{i}", 1, flight=f"F{i % 3}") for i in range(40)]
+    events.insert(25, _ev(ADD, "BAD", 1, flight="F1"))
     n = send_events(settings, events)
-    def outputs() -> dict[str, bytes]:
-        return {m.key().decode(): m.value() for m in consume_all(settings, out_topic)}
-
-    with WorkerThread(settings, app, guarantee="at-least-once") as w:
-        # every event is processed before the failed checkpoint, and again after it
-        wait_until(lambda: w.stats.aborts >= 1, timeout=60,
-                   message=lambda: f"no failed checkpoint; stats {w.stats}")
+    with WorkerThread(settings, app, guarantee=guarantee) as w:
+        wait_until(lambda: w.stats.dead_lettered == 1, timeout=120,
+                   message=lambda: f"the refused record's input was not dead-lettered: {w.stats}")
         wait_accounted([w], n)
-        wait_until(lambda: len(outputs()) == n and w.committed(), timeout=60,
-                   message=lambda: f"outputs {sorted(outputs())}")
-    delivered = outputs()
-    assert sorted(delivered) == sorted(["BIG", *(f"A{i}" for i in range(20))])
-    assert delivered["BIG"] == b"x" * 10 and calls["BIG"] >= 2
-    assert sorted(read_table(settings)) == sorted(f"reservation/{k}" for k in delivered)
+        wait_until(w.committed, timeout=30)
+        assert w.stats.aborts >= 1
+    delivered = [m.key().decode() for m in consume_all(settings, out_topic)]
+    want = sorted(f"A{i}" for i in range(40))
+    table = sorted(read_table(settings))
+    if guarantee == "exactly-once":
+        assert sorted(delivered) == want  # exactly once, although records were replayed
+        assert table == sorted(f"reservation/{k}" for k in want)
+    else:
+        # At-least-once has no transactions: what a failed checkpoint delivered before the
+        # failure stays, the dead-lettered event's state write included.
+        assert sorted(set(delivered)) == want
+        assert set(table) - {"reservation/BAD"} == {f"reservation/{k}" for k in want}
+    [dead] = read_dlq(settings)
+    assert dead["reason"] == "output-refused" and dead["key"] == b"F1"
+    assert "INVALID_RECORD" in dead["error"] or "CORRUPT" in dead["error"], dead["error"]

@@ -19,13 +19,13 @@ import cel
 
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
-from listeners.bench import StandInEvent, StandInWorker
 from listeners.expr import compile_converter, compile_filter
+from listeners.follower import RegistryRecord
 from listeners.matcher import Change, ListenerSet
 from listeners.model import ListenerSpec
-from listeners.registry import RegistryRecord
 from listeners.runtime import ListenerRuntime
 from listeners.seq import DELTA
+from listeners.standin import QuietRegistry, StandInContext
 from services.worker.state import Row
 
 STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED")
@@ -80,12 +80,15 @@ class CountingCodec:
         return bytes(self.codec.encode(type_name, record))
 
 
-def _runtime(specs: list[ListenerSpec]) -> tuple[ListenerRuntime, StandInWorker]:
-    worker = StandInWorker(CountingCodec(_codec()))
-    rt = ListenerRuntime(Settings(), topic_partitions=lambda _t: 3)
-    rt._owned = {0, 1, 2}  # noqa: SLF001 - stand-in for an assignment
-    rt._epoch = {0: 5, 1: 5, 2: 5}  # noqa: SLF001
-    rt.apply_records(worker, [RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+def _runtime(specs: list[ListenerSpec]) -> tuple[ListenerRuntime, StandInContext]:
+    """A runtime over a stand-in worker that owns partitions 0-2, with these listeners."""
+    worker = StandInContext(CountingCodec(_codec()))
+    rt = ListenerRuntime(Settings(), topic_partitions=lambda _t: 3, follower=QuietRegistry(),  # type: ignore[arg-type]
+                         housekeeping_interval=float("inf"))
+    rt.open(worker)
+    rt.on_assign([0, 1, 2])
+    assert rt.ready()
+    rt.apply_records([RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
     return rt, worker
 
 
@@ -190,10 +193,10 @@ def test_random_changes_match_the_reference_and_the_plain_path() -> None:
         if prev is None and new_rec is None:
             continue
         p = rng.randrange(3)
-        event = StandInEvent(p, offset, 1000 + offset)
         worker.sent.clear()
         # The worker hands over the decoded new record (or None: then the sink decodes it).
-        rt.on_change(worker, event, ekey, old_row, new_row, new_rec if rng.random() < 0.8 else None)
+        rt.on_change(p, offset, 1000 + offset, ekey, old_row, new_row,
+                     new_rec if rng.random() < 0.8 else None)
         got = sorted(([d["listener"], d["kind"], d["value"]] for d in
                       (json.loads(v) for _t, v, _k, _p in worker.sent)), key=lambda t: t[0])  # fmt: skip
         for d in (json.loads(v) for _t, v, _k, _p in worker.sent):
@@ -213,9 +216,10 @@ def test_random_changes_match_the_reference_and_the_plain_path() -> None:
         compared.update(k for _n, k, _v in want)
         compared["changes"] += 1
     assert min(compared.values()) > 50, compared  # every kind occurred often
-    # Per listener and partition the numbers stay consecutive.
+    # Per listener and partition the numbers stay consecutive, from the start of a run.
     for numbers in seqs.values():
-        assert numbers == list(range(5 * DELTA, 5 * DELTA + len(numbers)))
+        assert numbers[0] % DELTA == 0
+        assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))
 
 
 def test_old_state_is_decoded_for_listeners_that_read_it() -> None:
@@ -228,9 +232,9 @@ def test_old_state_is_decoded_for_listeners_that_read_it() -> None:
     r2 = r1 | {"amount": 250.0, "version": 2}
     row1 = Row(1, False, "F1", codec.encode("reservation", r1))
     row2 = Row(2, False, "F1", codec.encode("reservation", r2))
-    rt.on_change(worker, StandInEvent(0, 1, 1), b"reservation/R1", None, row1, r1)
+    rt.on_change(0, 1, 1, b"reservation/R1", None, row1, r1)
     assert worker.sent == []  # no old state: the filter is false
-    rt.on_change(worker, StandInEvent(0, 2, 2), b"reservation/R1", row1, row2, r2)
+    rt.on_change(0, 2, 2, b"reservation/R1", row1, row2, r2)
     (doc,) = [json.loads(v) for _t, v, _k, _p in worker.sent]
     assert (doc["kind"], doc["value"]) == ("modified", {"was": 100.0, "now": 250.0})
     assert codec.decodes == 1
@@ -251,7 +255,7 @@ def test_nothing_matches_nothing_is_decoded_or_sent() -> None:
         rec = _record("reservation", f"R{i % 50}", rng, i + 1)
         ekey = f"reservation/R{i % 50}".encode()
         row = Row(i + 1, False, rec["flight_number"], codec.encode("reservation", rec))
-        rt.on_change(worker, StandInEvent(0, i, i), ekey, old.get(ekey), row, rec)
+        rt.on_change(0, i, i, ekey, old.get(ekey), row, rec)
         old[ekey] = row
     assert worker.sent == [] and codec.decodes == 0
     assert rt.listeners.evaluations == 0
@@ -267,9 +271,9 @@ def test_leaving_a_group_listener_is_seen_without_decoding() -> None:
     r2 = r1 | {"flight_number": "F2", "version": 2}
     row1 = Row(1, False, "F1", codec.encode("reservation", r1))
     row2 = Row(2, False, "F2", codec.encode("reservation", r2))
-    rt.on_change(worker, StandInEvent(0, 1, 1), b"reservation/R1", None, row1, r1)
-    rt.on_change(worker, StandInEvent(0, 2, 2), b"reservation/R1", row1, row2, r2)
-    rt.on_change(worker, StandInEvent(0, 3, 3), b"reservation/R1", row2, Row(3, True, "F2", None),
+    rt.on_change(0, 1, 1, b"reservation/R1", None, row1, r1)
+    rt.on_change(0, 2, 2, b"reservation/R1", row1, row2, r2)
+    rt.on_change(0, 3, 3, b"reservation/R1", row2, Row(3, True, "F2", None),
                  None)  # fmt: skip
     docs = [(d["listener"], d["kind"], d["value"]) for d in
             (json.loads(v) for _t, v, _k, _p in worker.sent)]  # fmt: skip
@@ -287,81 +291,75 @@ def test_rows_that_do_not_carry_their_group_turn_the_shortcut_off() -> None:
     # A row whose group is not its record's group field (not written like the worker does).
     odd = Row(2, False, "elsewhere", codec.encode("reservation", r2))
     row3 = Row(3, False, "F1", codec.encode("reservation", r3))
-    rt.on_change(worker, StandInEvent(0, 1, 1), b"reservation/R1", None, row1, r1)
+    rt.on_change(0, 1, 1, b"reservation/R1", None, row1, r1)
     assert codec.decodes == 0
-    rt.on_change(worker, StandInEvent(0, 2, 2), b"reservation/R1", row1, odd, r2)
-    rt.on_change(worker, StandInEvent(0, 3, 3), b"reservation/R1", odd, row3, r3)
+    rt.on_change(0, 2, 2, b"reservation/R1", row1, odd, r2)
+    rt.on_change(0, 3, 3, b"reservation/R1", odd, row3, r3)
     kinds = [json.loads(v)["kind"] for _t, v, _k, _p in worker.sent]
     assert kinds == ["created", "modified", "modified"]  # the odd row's state was decoded
     assert codec.decodes == 2
 
 
-class _NoRegistry:
-    """A registry follower with nothing new (``after_commit`` without Kafka)."""
-
-    def drain(self) -> list[RegistryRecord]:
-        return []
-
-    def sync(self, _timeout: float) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-
 def test_sequence_numbers_roll_back_with_an_aborted_transaction() -> None:
     rt, worker = _runtime([ListenerSpec(name="all", filter="true"),
                            ListenerSpec(name="f1", filter='value.flight_number == "F1"')])  # fmt: skip
-    rt._follower = _NoRegistry()  # type: ignore[assignment]  # noqa: SLF001
-    rt._next_housekeeping = float("inf")  # noqa: SLF001
     codec = worker.codec
     rec = _record("reservation", "R1", random.Random(1), 1) | {"flight_number": "F1"}
     row = Row(1, False, "F1", codec.encode("reservation", rec))
     offset = 0
+    runs: dict[tuple[str, int], int] = {}  # the first number of the current run
 
     def change(p: int) -> None:
         nonlocal offset
         offset += 1
-        rt.on_change(worker, StandInEvent(p, offset, offset), f"reservation/R{offset}".encode(),
-                     None, row, rec)  # fmt: skip
+        rt.on_change(p, offset, offset, f"reservation/R{offset}".encode(), None, row, rec)
 
-    def numbers() -> list[tuple[str, int, int]]:
-        out = [(d["listener"], d["partition"], d["seq"] - 5 * DELTA) for d in
-               (json.loads(v) for _t, v, _k, _p in worker.sent)]  # fmt: skip
+    def numbers() -> list[tuple[str, int, int | str]]:
+        """(listener, partition, number within its run, or "new run" for a run's first)."""
+        out: list[tuple[str, int, int | str]] = []
+        for d in (json.loads(v) for _t, v, _k, _p in worker.sent):
+            k, seq = (d["listener"], d["partition"]), d["seq"]
+            start = runs.get(k)
+            if start is None or seq - start >= DELTA or seq < start:
+                assert seq % DELTA == 0 and (start is None or seq - start >= DELTA)
+                runs[k] = seq
+                out.append((*k, "new run"))
+            else:
+                out.append((*k, seq - start))
         worker.sent.clear()
         return out
 
     for p in (0, 0, 1):
         change(p)
-    rt.after_commit(worker)  # committed: 0..1 on partition 0, 0 on partition 1
+    rt.after_commit()  # committed: 0..1 on partition 0, 0 on partition 1
     for p in (0, 2):
         change(p)
-    assert numbers() == [("all", 0, 0), ("f1", 0, 0), ("all", 0, 1), ("f1", 0, 1),
-                         ("all", 1, 0), ("f1", 1, 0), ("all", 0, 2), ("f1", 0, 2),
-                         ("all", 2, 0), ("f1", 2, 0)]  # fmt: skip
-    worker.stats.aborts += 1  # the open transaction (2 on partition 0, 0 on 2) was aborted
+    assert numbers() == [("all", 0, "new run"), ("f1", 0, "new run"), ("all", 0, 1), ("f1", 0, 1),
+                         ("all", 1, "new run"), ("f1", 1, "new run"), ("all", 0, 2), ("f1", 0, 2),
+                         ("all", 2, "new run"), ("f1", 2, "new run")]  # fmt: skip
+    rt.after_abort()  # the open transaction (2 on partition 0, 0 on 2) was aborted
+    del runs[("all", 2)], runs[("f1", 2)]  # its run on partition 2 never reached anyone
     for p in (0, 2, 1):
         change(p)
-    assert numbers() == [("all", 0, 2), ("f1", 0, 2), ("all", 2, 0), ("f1", 2, 0),
+    assert numbers() == [("all", 0, 2), ("f1", 0, 2), ("all", 2, "new run"), ("f1", 2, "new run"),
                          ("all", 1, 1), ("f1", 1, 1)]  # fmt: skip
-    rt.after_commit(worker)
-    rt.on_release(worker, [0])  # partition 0 moves away and comes back: a new run
-    rt.on_assign(worker, [0])
+    rt.after_commit()
+    rt.on_release([0])  # partition 0 moves away and comes back: a new run
+    rt.on_assign([0])
+    assert rt.ready()
     for p in (0, 1):
         change(p)
-    run = (rt._epoch[0] - 5) * DELTA  # noqa: SLF001
-    assert run >= DELTA
-    assert numbers() == [("all", 0, run), ("f1", 0, run), ("all", 1, 2), ("f1", 1, 2)]
-    # A listener removed and registered again starts over.
-    rt.apply_records(worker, [RegistryRecord("f1", None, 100)])
-    rt.apply_records(worker, [RegistryRecord("f1", ListenerSpec(
+    assert numbers() == [("all", 0, "new run"), ("f1", 0, "new run"), ("all", 1, 2), ("f1", 1, 2)]
+    # A listener removed and registered again is a new stream: a new run, never a repeat.
+    rt.apply_records([RegistryRecord("f1", None, 100)])
+    rt.apply_records([RegistryRecord("f1", ListenerSpec(
         name="f1", filter='value.flight_number == "F1"').to_json(), 101)])  # fmt: skip
     change(1)
-    assert numbers() == [("all", 1, 3), ("f1", 1, 0)]
+    assert numbers() == [("all", 1, 3), ("f1", 1, "new run")]
 
 
 def test_only_plain_string_fields_are_taken_from_the_row() -> None:
-    from listeners.runtime import _string_path
+    from listeners.hints import string_path as _string_path
 
     inner = {"type": "record", "name": "In", "fields": [{"name": "code", "type": "string"}]}
     schema = {"type": "record", "name": "T", "fields": [
@@ -381,13 +379,13 @@ def test_only_plain_string_fields_are_taken_from_the_row() -> None:
     assert _string_path(res.schema, res.key_path) == ("reservation_id",)
 
 
-def test_wants_records_only_for_types_a_listener_can_match() -> None:
+def test_needs_records_only_for_types_a_listener_can_match() -> None:
     """The worker asks before reading only key/group/version: a type without listeners is
     never decoded for them."""
     rt, _worker = _runtime([ListenerSpec(name="loads", filter="true", type="flight_load")])
-    assert rt.wants_records(["flight_load"]) and rt.wants_records(["reservation", "flight_load"])
-    assert not rt.wants_records(["reservation"])
+    assert rt.needs_records(["flight_load"]) and rt.needs_records(["reservation", "flight_load"])
+    assert not rt.needs_records(["reservation"])
     untyped, _ = _runtime([ListenerSpec(name="all", filter="true")])
-    assert untyped.wants_records(["reservation"])
+    assert untyped.needs_records(["reservation"])
     empty, _ = _runtime([])
-    assert not empty.wants_records(["reservation", "flight_load"])
+    assert not empty.needs_records(["reservation", "flight_load"])

@@ -13,11 +13,11 @@ from typing import Any
 
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
-from listeners.bench import StandInEvent, StandInWorker
+from listeners.follower import RegistryRecord
 from listeners.model import ListenerSpec
 from listeners.notify import notification
-from listeners.registry import RegistryRecord
 from listeners.runtime import ListenerRuntime
+from listeners.standin import QuietRegistry, StandInContext
 from services.worker.state import Row
 
 N = 10_000
@@ -31,19 +31,20 @@ def _record(rid: str, customer: str, amount: float = 10.0, version: int = 1) -> 
 def test_ten_thousand_equality_listeners_deliver_exactly() -> None:
     settings = Settings()
     codec = make_codec(settings, SchemaCatalog.load(PROJECT_ROOT / "schemas"))
-    worker = StandInWorker(codec)
+    worker = StandInContext(codec)
     lookups: list[str] = []
 
     def partitions(topic: str) -> int:
         lookups.append(topic)
         return 6
 
-    rt = ListenerRuntime(settings, topic_partitions=partitions)
-    rt._owned = {0, 1}  # noqa: SLF001
-    rt._epoch = {0: 1, 1: 1}  # noqa: SLF001
+    rt = ListenerRuntime(settings, topic_partitions=partitions, follower=QuietRegistry())  # type: ignore[arg-type]
+    rt.open(worker)
+    rt.on_assign([0, 1])
+    assert rt.ready()
     specs = [ListenerSpec(name=f"c{i}", type="reservation", filter=f'value.customer_id == "c{i}"')
              for i in range(N)]  # fmt: skip
-    rt.apply_records(worker, [RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+    rt.apply_records([RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
     assert len(rt.names()) == N
     assert lookups == [settings.listener_output_topic]  # one metadata lookup, not one per listener
 
@@ -51,8 +52,7 @@ def test_ten_thousand_equality_listeners_deliver_exactly() -> None:
         old_row = None if old is None else Row(old["version"], False, "F1",
                                                codec.encode("reservation", old))  # fmt: skip
         new_row = Row(new["version"], False, "F1", codec.encode("reservation", new))
-        rt.on_change(worker, StandInEvent(offset % 2, offset, 1000 + offset),
-                     f"reservation/{rid}".encode(), old_row, new_row, new)  # fmt: skip
+        rt.on_change(offset % 2, offset, 1000 + offset, f"reservation/{rid}".encode(), old_row, new_row, new)  # fmt: skip
 
     # 300 entities created for customers c0..c299, plus 5 for customers nobody listens to.
     for i in range(300):
@@ -84,10 +84,10 @@ def test_ten_thousand_equality_listeners_deliver_exactly() -> None:
     d, raw = docs[-1], worker.sent[-1][1]
     assert raw == notification(d["listener"], d["kind"], d["type"], d["key"], d["value"],
                                d["table_change"], d["partition"], d["offset"], d["version"],
-                               d["seq"], d["ts"])  # fmt: skip
+                               d["seq"], d["ts"], registration=d["registration"])  # fmt: skip
 
     # Removing them all is linear too, and leaves nothing to match.
-    rt.apply_records(worker, [RegistryRecord(s.name, None, N + i) for i, s in enumerate(specs)])
+    rt.apply_records([RegistryRecord(s.name, None, N + i) for i, s in enumerate(specs)])
     assert rt.names() == []
     worker.sent.clear()
     change(999, "R250", _record("R250", "c250"), _record("R250", "c250", version=3))

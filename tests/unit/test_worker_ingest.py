@@ -1,8 +1,9 @@
 """The worker's ingest without a broker: the table fast path equals the general path.
 
-``Worker._ingest_batch`` applies well-formed table upserts inline and hands everything else
-to ``Worker._ingest``. Both must produce the same records, the same staged state and the
-same counters for any mix of records; these tests run one batch both ways and compare.
+``Worker.take`` applies well-formed table upserts on the fast path and hands everything else
+to the general path; ``WorkerOptions(fast_path=False)`` sends everything to the general path.
+Both must produce the same records, the same staged state and the same counters for any mix
+of records; these tests run one batch both ways (on fake Kafka clients) and compare.
 (The end-to-end behaviour against real Kafka is in tests/integration/test_worker_*.py.)
 """
 
@@ -15,60 +16,20 @@ from typing import Any
 
 import fastavro
 import pytest
+from confluent_kafka import TopicPartition
+from fake_kafka import FakeClients, FakeMsg
+from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
+from fifolane.errors import TransactionAbortedError
 from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.serde.codec import SingleObjectCodec
 from services.worker.app import App, Event, GroupState
 from services.worker.options import WorkerOptions
 from services.worker.runtime import Worker
 from services.worker.state import Row
 
 CATALOG = SchemaCatalog.load()
-
-
-class FakeMsg:
-    """The part of a confluent-kafka Message the worker reads."""
-
-    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: list[tuple[str, bytes]] | None = None) -> None:
-        self._p, self._o, self._k, self._v, self._h = partition, offset, key, value, headers
-
-    def error(self) -> None:
-        return None
-
-    def partition(self) -> int:
-        return self._p
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._h
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000 + self._o)
-
-    def topic(self) -> str:
-        return "in"
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, Any, Any, int, Any]] = []
-        self.transactions = 0
-
-    def begin_transaction(self) -> None:
-        self.transactions += 1
-
-    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                headers: Any = None) -> None:
-        self.records.append((topic, value, key, partition, list(headers or [])))
 
 
 class RecordingSink:
@@ -78,17 +39,48 @@ class RecordingSink:
     runtime, the sink then decodes the new value; ``given`` notes which records came given.
     """
 
-    def __init__(self) -> None:
-        self.changes: list[tuple[str, str, int, int, bytes, int | None, int, dict[str, Any] | None]] = []
-        self.given: list[bool] = []
+    reads = False  # whether it needs decoded records (like a listener that reads them)
 
-    def on_change(self, worker: Any, event: Event, ekey: bytes, old: Any, new: Any,
-                  record: dict[str, Any] | None) -> None:  # fmt: skip
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, str, int, int | None, bytes, int | None, int, dict[str, Any] | None]] = []
+        self.given: list[bool] = []
+        self.ctx: Any = None
+
+    def open(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+    def on_assign(self, partitions: list[int]) -> None:
+        pass
+
+    def ready(self) -> bool:
+        return True
+
+    def on_release(self, partitions: list[int]) -> None:
+        pass
+
+    def needs_records(self, types: Any) -> bool:
+        return self.reads
+
+    def on_change(self, partition: int, offset: int | None, timestamp: int, ekey: bytes, old: Any,
+                  new: Any, record: dict[str, Any] | None, moved_to: str | None = None) -> None:
         self.given.append(record is not None)
         if record is None and not new.deleted:
-            record = worker.codec.decode(new.value).record
-        self.changes.append((event.type, event.key, event.partition, event.offset, ekey,
+            record = self.ctx.decode(new.value)
+        type_, _, key = ekey.decode().partition("/")
+        self.changes.append((type_, key, partition, offset, ekey,
                              None if old is None else old.version, new.version, record))
+
+    def after_commit(self) -> None:
+        pass
+
+    def after_abort(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def metrics(self) -> dict[str, float]:
+        return {}
 
 
 def _settings(tmp_path: Path, state_headers: bool = False) -> Settings:
@@ -97,14 +89,21 @@ def _settings(tmp_path: Path, state_headers: bool = False) -> Settings:
 
 
 def _worker(tmp_path: Path, name: str, app: App | None = None, sink: Any = None,
-            state_headers: bool = False) -> Worker:
-    w = Worker(_settings(tmp_path, state_headers), app, WorkerOptions(worker_id="w1", state_dir=tmp_path / name),
-               catalog=CATALOG, listeners=sink)
-    w.producer = FakeProducer()  # type: ignore[assignment]
-    for p in (0, 1):
-        w.stores.open(p)
-        w._assigned.add(p)
+            state_headers: bool = False, fast_path: bool = True) -> Worker:
+    """A worker on fake clients that owns input partitions 0 and 1 (committed at 100 and 200)."""
+    clients = FakeClients({("in", 0): 100, ("in", 1): 200})
+    w = Worker(_settings(tmp_path, state_headers), app,
+               WorkerOptions(worker_id="w1", state_dir=tmp_path / name, fast_path=fast_path),
+               catalog=CATALOG, sink=sink, clients=clients)
+    w.connect()
+    clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1], timeout=10,
+               message="partitions restored")
     return w
+
+
+def _records(w: Worker) -> list[tuple[str, Any, Any, int, list[Any]]]:
+    return w.clients.fake_producer.records  # type: ignore[attr-defined, no-any-return]
 
 
 def _reservation(rid: str, flight: str, version: int, seats: int = 1) -> dict[str, Any]:
@@ -163,34 +162,52 @@ def _batch() -> list[FakeMsg]:
 
 def _outcome(w: Worker) -> dict[str, Any]:
     s = w.stats
+    assert w.ckpt is not None
     return {
-        "records": w.producer.records,  # type: ignore[union-attr]
+        "records": _records(w),
         "overlay": {p: dict(st.overlay) for p, st in w.stores.stores.items()},
         "counts": (s.consumed, s.processed, s.superseded, s.dead_lettered, s.state_writes,
                    dict(s.dead_letter_reasons)),
-        "offsets": (dict(w._next_offsets), dict(w._txn_start)),
+        "offsets": dict(w.ckpt.sources["in"].next),
     }
 
 
 class ReadingSink(RecordingSink):
     """A sink with a listener for every type: it wants the records decoded up front."""
 
-    def wants_records(self, types: Any) -> bool:
-        return True
+    reads = True
+
+
+SCANS: list[Any] = []  # what the codec's field scanner answered, in the fast worker
+
+
+@pytest.fixture(autouse=True)
+def _count_scans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record the answers of the codec's field scanner (the fast path reads upserts with it)."""
+    SCANS.clear()
+    make = SingleObjectCodec.scanner
+
+    def scanner(self: Any, types: Any) -> Any:
+        scan = make(self, types)
+
+        def counted(value: bytes) -> Any:
+            found = scan(value)
+            SCANS.append(found)
+            return found
+
+        return counted
+
+    monkeypatch.setattr(SingleObjectCodec, "scanner", scanner)
 
 
 def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False,
               state_headers: bool = False, sink: type[RecordingSink] = RecordingSink) -> tuple[Any, Any, Any, Any]:
     fast_sink, slow_sink = (sink(), sink()) if with_sink else (None, None)
+    slow = _worker(tmp_path, "slow", app, slow_sink, state_headers, fast_path=False)
     fast = _worker(tmp_path, "fast", app, fast_sink, state_headers)
-    slow = _worker(tmp_path, "slow", app, slow_sink, state_headers)
-    slow._table_types = {}  # every record takes the general path
-    # The fast path reads upserts with the codec's field scanner, with or without a sink.
-    assert fast._scan is not None
-    scan, fast.scans = fast._scan, []  # type: ignore[attr-defined]
-    fast._scan = lambda value: fast.scans.append(scan(value)) or fast.scans[-1]  # type: ignore[attr-defined]
-    fast._ingest_batch(_batch())
-    slow._ingest_batch(_batch())
+    SCANS.clear()
+    fast.take(_batch())
+    slow.take(_batch())
     fast.drain()
     slow.drain()
     return fast, slow, fast_sink, slow_sink
@@ -199,13 +216,12 @@ def _run_both(tmp_path: Path, app: App | None = None, with_sink: bool = False,
 @pytest.mark.parametrize("state_headers", [False, True])
 def test_fast_path_equals_general_path(tmp_path: Path, state_headers: bool) -> None:
     fast, slow, _, _ = _run_both(tmp_path, state_headers=state_headers)
-    assert fast._table_types, "the table-only worker must use the fast path"
     assert _outcome(fast) == _outcome(slow)
     s = fast.stats
     # 19 records: 7 applied (R1 twice, R2, R3 twice, the delete, the flight), 3 stale, 9 bad
     assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (19, 7, 3, 9)
     assert dict(s.dead_letter_reasons) == {"missing-group": 2, "unknown-schema": 1, "undecodable": 6}
-    state = [(key, value, part, dict(h)) for topic, value, key, part, h in fast.producer.records
+    state = [(key, value, part, dict(h)) for topic, value, key, part, h in _records(fast)
              if topic == "state"]
     assert [k for k, *_ in state] == [b"reservation/R1", b"reservation/R2", b"reservation/R3",
                                       b"reservation/R1", b"reservation/R2", b"flight/F3", b"reservation/R3"]
@@ -218,12 +234,12 @@ def test_fast_path_equals_general_path(tmp_path: Path, state_headers: bool) -> N
         assert state[5][3] == {"fifolane.type": b"flight", "fifolane.group": b"F3", "fifolane.version": b"1"}
     else:
         assert upsert_headers == [{}] * 6
-    assert fast._next_offsets == {0: 107, 1: 212}
-    assert fast._txn_start == {0: 100, 1: 200}
-    assert fast.producer.transactions == 1
+    assert fast.ckpt.sources["in"].next == {0: 107, 1: 212}
+    assert fast.ckpt.sources["in"].base == {0: 100, 1: 200}
+    assert fast.clients.fake_producer.transactions == 1  # type: ignore[attr-defined]
     # the scanner answered for the 10 well-formed reservation upserts (R4 and R5 then fail the
     # key checks), and left the rest (the delete, the flight with its date, bad bytes) to decode
-    assert sum(found is not None for found in fast.scans) == 10
+    assert sum(found is not None for found in SCANS) == 10
 
 
 def test_fast_path_tells_change_sinks_the_same(tmp_path: Path) -> None:
@@ -243,7 +259,7 @@ def test_fast_path_decodes_for_sinks_that_read_records(tmp_path: Path) -> None:
     fast, _slow, fast_sink, slow_sink = _run_both(tmp_path, with_sink=True, sink=ReadingSink)
     assert fast_sink.changes == slow_sink.changes
     assert fast_sink.given == [True, True, True, True, False, True, True]  # all but the delete
-    assert fast.scans == []  # the scanner was not used
+    assert SCANS == []  # the scanner was not used
 
 
 def test_app_handler_types_skip_the_fast_path(tmp_path: Path) -> None:
@@ -259,8 +275,9 @@ def test_app_handler_types_skip_the_fast_path(tmp_path: Path) -> None:
             state.put("reservation", event.value)
 
     fast, slow, _, _ = _run_both(tmp_path, app)
-    assert set(fast._table_types) == {"flight", "flight_load"}  # types without an app handler
     assert _outcome(fast) == _outcome(slow)
+    # types without an app handler (the flight) take the fast path; reservations do not
+    assert [found[0].name for found in SCANS if found is not None] == []  # a flight has a date
     assert seen[:4] == [("R1", 1), ("R2", 1), ("R3", 5), ("R1", 2)]
 
 
@@ -269,15 +286,15 @@ def test_busy_group_keeps_arrival_order(tmp_path: Path) -> None:
     w = _worker(tmp_path, "busy")
     codec = w.codec
     first = _batch()[0]
-    w._ingest_batch([first])
+    w.take([first])
     event = Event("reservation", "R9", "F1", 1, "upsert", _reservation("R9", "F1", 1), 0, 99, 0,
                   codec.encode("reservation", _reservation("R9", "F1", 1)))
     w.sched.submit(event)  # F1 now has a queued event
     later = FakeMsg(0, 101, b"F1", codec.encode("reservation", _reservation("R1", "F1", 2)))
-    w._ingest_batch([later])
+    w.take([later])
     assert w.sched.queued == 2  # queued behind the F1 event, not applied inline
     w.drain()
-    keys = [(k, codec.decode(v).version) for t, v, k, _p, _h in w.producer.records if t == "state"]
+    keys = [(k, codec.decode(v).version) for t, v, k, _p, _h in _records(w) if t == "state"]
     assert keys == [(b"reservation/R1", 1), (b"reservation/R9", 1), (b"reservation/R1", 2)]
 
 
@@ -314,17 +331,10 @@ def test_store_without_group_index(tmp_path: Path) -> None:
     mgr4.close_all()
 
 
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.seeks: list[tuple[int, int]] = []
-
-    def seek(self, tp: Any) -> None:
-        self.seeks.append((tp.partition, tp.offset))
-
-
-def test_rewind_with_handler_calls_in_flight(tmp_path: Path) -> None:
-    """An abort while handlers run (say the producer failed mid-batch) must not let their
-    late results reach the scheduler, and replays from the transaction's start."""
+def test_abort_with_handler_calls_in_flight(tmp_path: Path) -> None:
+    """An abort while handlers run (the producer failed while a result was applied) must not
+    let their late results reach the scheduler, and replays every assigned partition from
+    its committed offset."""
     import threading
 
     app = App("slow")
@@ -339,21 +349,23 @@ def test_rewind_with_handler_calls_in_flight(tmp_path: Path) -> None:
         state.put("reservation", event.value)
 
     w = _worker(tmp_path, "rewind", app)
-    w.consumer = FakeConsumer()  # type: ignore[assignment]
+    consumer = w.clients.fake_consumer  # type: ignore[attr-defined]
     msgs = [m for m in _batch() if m.partition() == 0][:2]  # R1 and R2 of F1 (one group)
     other = FakeMsg(1, 300, b"F2", make_codec(Settings(), CATALOG).encode(
         "reservation", _reservation("R7", "F2", 1)))
-    w._ingest_batch([*msgs, other])
-    w._pump(block=False)
+    w.take([*msgs, other])
+    w.poll_once()
     assert w.sched.in_flight == 2  # F1's head and F2's only event run; R2 waits behind R1
+    w.clients.fake_producer.fail = TransactionAbortedError("boom", code="_STATE", abortable=True)  # type: ignore[attr-defined]
+    consumer.seeks.clear()
     threading.Timer(0.2, release.set).start()
-    w._rewind()
+    wait_until(lambda: w.poll_once() or w.stats.aborts == 1, timeout=10, message="the abort")
     assert w.sched.idle() and w.calls.completions.empty()
-    assert sorted(w.consumer.seeks) == [(0, 100), (1, 300)]  # type: ignore[union-attr]
+    assert sorted(consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
     assert all(not st.overlay for st in w.stores.stores.values())
     assert sorted(calls) == ["R1", "R7"]
     # the worker goes on: the replayed events run and nothing stale turns up
-    w._ingest_batch([*msgs, other])
+    w.take([*msgs, other])
     w.drain()
     assert sorted(calls) == ["R1", "R1", "R2", "R7", "R7"]
     assert w.stats.processed == 3
@@ -384,22 +396,20 @@ def test_fast_path_equals_general_path_over_persisted_state(tmp_path: Path, raw:
         sinks = (RecordingSink(), RecordingSink()) if with_sink else (None, None)
         workers = []
         for name, sink in zip(("fast", "slow"), sinks, strict=True):
-            w = _worker(tmp_path, f"{name}-{with_sink}", sink=sink)
-            if name == "slow":
-                w._table_types = {}
-            w._ingest_batch(_batch())
+            w = _worker(tmp_path, f"{name}-{with_sink}", sink=sink, fast_path=name == "fast")
+            w.take(_batch())
             for st in w.stores.stores.values():
                 st.commit(None)
             if raw:
                 _as_restored_raw(w)
-            w.producer.records.clear()  # type: ignore[union-attr]
-            w._ingest_batch(newer)
+            _records(w).clear()
+            w.take(newer)
             workers.append(w)
         fast, slow = workers
         assert _outcome(fast) == _outcome(slow)
         # R1 v3 applies, R3 v9 is a duplicate of the persisted v9, R3 v10 applies, R2 v8 is
         # newer than the persisted delete (v7) and applies
-        assert [(k, codec.decode(v).version) for _t, v, k, _p, _h in fast.producer.records] == [
+        assert [(k, codec.decode(v).version) for t, v, k, _p, _h in _records(fast) if t == "state"] == [
             (b"reservation/R1", 3), (b"reservation/R3", 10), (b"reservation/R2", 8)]
         if with_sink:
             assert sinks[0] is not None and sinks[1] is not None
@@ -426,7 +436,7 @@ def test_raw_rows_are_read_on_first_use(tmp_path: Path) -> None:
     assert st.committed_version(b"reservation/R1") == 4
     st.commit(None)  # a later commit leaves raw rows alone
     assert st.get(b"reservation/R1") == Row(4, False, "F1", value)
-    w._ingest_batch([FakeMsg(0, 11, b"F1", codec.encode("reservation", _reservation("R1", "F1", 4))),
-                     FakeMsg(0, 12, b"F1", codec.encode("reservation", _reservation("R1", "F1", 5)))])
+    w.take([FakeMsg(0, 11, b"F1", codec.encode("reservation", _reservation("R1", "F1", 4))),
+            FakeMsg(0, 12, b"F1", codec.encode("reservation", _reservation("R1", "F1", 5)))])
     assert (w.stats.superseded, w.stats.processed) == (1, 1)
     assert st.get(b"reservation/R1").version == 5  # type: ignore[union-attr]

@@ -1,0 +1,64 @@
+"""Sending notifications: number them, keep each within its topic's limit, produce them.
+
+A notification goes to the listener's output topic, partition = the source partition (mod
+the topic's partitions), key = the state-topic key, header ``fifolane.listener``, in the
+worker's transaction, so live notifications commit exactly once with their change. One
+whose JSON is larger than the topic takes (a projection of a huge entity; a string of
+control characters takes six bytes each) is replaced by a small one with a null ``value``
+and ``"error": "too-large"`` (:func:`listeners.notify.too_large`): the change still reaches
+the listener, in order, and nothing stalls the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from listeners.journal import SeqJournal
+from listeners.model import ListenerSpec
+from listeners.notify import HEADER_LISTENER, assemble, listener_prefix, too_large
+
+__all__ = ["Active", "Notifier"]
+
+Produce = Callable[..., None]
+
+
+@dataclass(slots=True)
+class Active:
+    """A listener this worker delivers to, with what its notifications need."""
+
+    spec: ListenerSpec
+    topic: str
+    partitions: int  # of the output topic
+    room: int  # bytes of key + value + headers a notification may have
+    headers: list[tuple[str, bytes]]
+    prefix: str  # the constant start of its notifications' JSON
+
+    @classmethod
+    def of(cls, spec: ListenerSpec, topic: str, partitions: int, room: int) -> Active:
+        headers = [(HEADER_LISTENER, spec.name.encode())]
+        room -= sum(len(k) + len(v) + 2 for k, v in headers)
+        return cls(spec, topic, partitions, room, headers,
+                   listener_prefix(spec.name, spec.created_at.isoformat()))
+
+
+class Notifier:
+    """Numbers and produces notifications (see the module docstring)."""
+
+    def __init__(self, journal: SeqJournal, produce: Produce) -> None:
+        self.journal = journal
+        self.produce = produce
+        self.sent = 0
+        self.too_large = 0
+
+    def send(self, act: Active, kind: str, partition: int, ekey: bytes, parts: tuple[str, str, str],
+             value_json: str) -> None:
+        """One notification (``parts``: :func:`listeners.notify.change_parts` of the change,
+        ``value_json``: :func:`listeners.notify.encode_value` of its projection)."""
+        seq = self.journal.number(act.spec.name, partition)
+        value = assemble(act.prefix, kind, parts, value_json, seq)
+        if len(value) + len(ekey) > act.room:
+            value = too_large(act.prefix, kind, parts, seq, len(value))
+            self.too_large += 1
+        self.produce(act.topic, value, ekey, partition % act.partitions, act.headers)
+        self.sent += 1

@@ -1,0 +1,147 @@
+"""A worker's view of the listener registry: the registrations, folded from the topic.
+
+Records by key (docs/formats.md, "Listener registry"):
+
+- ``<name>``: a registration (JSON), or a tombstone (removed). A record that does not parse,
+  whatever is wrong with it, is an *invalid registration*: never active, dead-lettered once
+  (reason ``invalid-listener``) by the housekeeper (:class:`Housekeeper`);
+- ``<name>/snapshot/<partition>``: include-current-state progress;
+- ``<name>/status/<worker>``: what a worker says of the listener (suspended, or an invalid
+  registration it dead-lettered).
+
+Workers never delete registrations: an expired lease makes a listener inactive on every
+worker at once, and it stays listed (expired) until it is renewed or removed. (A worker's
+tombstone could land after the user registered the same name again, and delete that.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fifolane.errors import ExpressionError, ListenerError
+from listeners.follower import RegistryRecord
+from listeners.model import ListenerSpec
+from listeners.registry import Progress, parse_progress_key
+
+__all__ = ["Housekeeper", "RegistryView", "status_record"]
+
+log = logging.getLogger(__name__)
+
+_STATUS = "/status/"
+Produce = Callable[..., None]
+
+
+def status_record(name: str, worker: str, state: str, reason: str, instance: str) -> tuple[bytes, bytes]:
+    """Key and value of a ``<name>/status/<worker>`` record."""
+    value = json.dumps({"listener": name, "worker": worker, "state": state, "reason": reason[:2000],
+                        "instance": instance, "at": datetime.now(UTC).isoformat()},
+                       separators=(",", ":")).encode()
+    return f"{name}{_STATUS}{worker}".encode(), value
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A registration record that does not parse, and why."""
+
+    record: RegistryRecord
+    error: str
+
+
+class RegistryView:
+    """Registrations and progress as the registry has them (see the module docstring).
+
+    ``progress``: called with each progress record (key, Progress or None for a tombstone).
+    """
+
+    def __init__(self, progress: Callable[[tuple[str, int], Progress | None], None]) -> None:
+        self._progress = progress
+        self.specs: dict[str, ListenerSpec] = {}  # the valid registrations
+        self.invalid: dict[str, Invalid] = {}
+        #: invalid registrations already dead-lettered: name -> their registry offsets
+        self.dead_lettered: dict[str, set[int]] = {}
+
+    def apply(self, records: Iterable[RegistryRecord]) -> list[str]:
+        """Fold records in (later win); the names whose registration changed, in order."""
+        latest: dict[str, RegistryRecord] = {}
+        for rec in records:
+            pk = parse_progress_key(rec.key)
+            if pk is not None:
+                self._progress(pk, _progress(rec))
+                continue
+            name, sep, _worker = rec.key.partition(_STATUS)
+            if sep:
+                self._status(name, rec)
+                continue
+            latest.pop(rec.key, None)  # keep registry order of the last records
+            latest[rec.key] = rec
+        for name, rec in latest.items():
+            self.specs.pop(name, None)
+            self.invalid.pop(name, None)
+            if rec.value is None:
+                continue
+            try:
+                self.specs[name] = ListenerSpec.from_json(rec.value)
+            except (ListenerError, ExpressionError) as exc:
+                self.invalid[name] = Invalid(rec, str(exc))
+                log.warning("invalid listener registration %r: %s", name, exc)
+        return list(latest)
+
+    def _status(self, name: str, rec: RegistryRecord) -> None:
+        if rec.value is None:
+            return
+        try:
+            body: Any = json.loads(rec.value)
+            if body.get("state") == "invalid" and str(body.get("instance", "")).startswith("offset:"):
+                self.dead_lettered.setdefault(name, set()).add(int(str(body["instance"])[7:]))
+        except (ValueError, TypeError, AttributeError):
+            log.warning("ignoring a malformed status record %r", rec.key)
+
+
+def _progress(rec: RegistryRecord) -> Progress | None:
+    if rec.value is None:
+        return None
+    try:
+        return Progress.from_json(rec.value)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring bad progress record %r: %s", rec.key, exc)
+        return None
+
+
+class Housekeeper:
+    """The duties of the worker that owns input partition 0: dead-letter each invalid
+    registration once (reason ``invalid-listener``), noting it in a status record in the same
+    transaction so that no later housekeeper repeats it. Registrations are never deleted."""
+
+    def __init__(self, registry_topic: str, dlq_topic: str, worker_id: str,
+                 dead_letter: Callable[[RegistryRecord, str], None], produce: Produce) -> None:
+        self._registry = registry_topic
+        self._dlq = dlq_topic
+        self._worker = worker_id
+        self._dead_letter = dead_letter
+        self._produce = produce
+        self._sent: dict[str, int] = {}  # in the open transaction: name -> offset
+        self.dead_lettered = 0
+
+    def run(self, view: RegistryView) -> None:
+        for name, bad in view.invalid.items():
+            offset = bad.record.offset
+            if offset in view.dead_lettered.get(name, ()) or self._sent.get(name) == offset:
+                continue
+            self._dead_letter(bad.record, bad.error)
+            key, value = status_record(name, self._worker, "invalid", bad.error, f"offset:{offset}")
+            self._produce(self._registry, value, key, 0)
+            self._sent[name] = offset
+            self.dead_lettered += 1
+
+    def commit(self, view: RegistryView) -> None:
+        for name, offset in self._sent.items():
+            view.dead_lettered.setdefault(name, set()).add(offset)
+        self._sent.clear()
+
+    def rollback(self) -> None:
+        self._sent.clear()

@@ -1,0 +1,179 @@
+"""The partitions a worker owns, and how each becomes ready: restore, then process.
+
+A newly assigned partition is paused at once and its store restored on a thread
+(:class:`services.worker.restore.Restore`); the worker's other partitions keep flowing. Once
+restored (and once the change sink says the listener registry is read far enough), the
+partition is sought to its committed offset and resumed: only then are its records taken.
+A partition whose restore fails is restored again after a pause; one revoked while it
+restores has its restore cancelled.
+
+Two topics are consumed: the input topic (its partitions get a
+:class:`services.worker.table.TableApplier`) and the entity directory (its partitions get a
+:class:`services.worker.directory.DirectoryApplier`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from fifolane.errors import KafkaClientError
+from services.worker.checkpoint import Checkpoint
+from services.worker.directory import DirectoryApplier
+from services.worker.kafka import WorkerConsumer
+from services.worker.metrics import Stats
+from services.worker.restore import Restore
+from services.worker.sink import ChangeSink
+from services.worker.state import StoreManager
+from services.worker.table import TableApplier
+
+__all__ = ["Assignment", "Topics"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 2.0  # pause before restoring a partition again after a failed restore
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The consumed topics: the input, and the entity directory (None: not used)."""
+
+    input: str
+    directory: str | None
+
+
+class Assignment:
+    """Owned partitions by state: restoring, restored (waiting for the sink), active."""
+
+    def __init__(self, topics: Topics, consumer: WorkerConsumer, ckpt: Checkpoint, *,
+                 stores: StoreManager, directory_stores: StoreManager | None,
+                 restore: Callable[[str, int], Restore],
+                 make_table: Callable[[int], TableApplier],
+                 make_directory: Callable[[int], DirectoryApplier],
+                 sink: ChangeSink | None, stats: Stats) -> None:
+        self.topics = topics
+        self._consumer = consumer
+        self._ckpt = ckpt
+        self._stores = stores
+        self._dir_stores = directory_stores
+        self._restore = restore
+        self._make_table = make_table
+        self._make_directory = make_directory
+        self._sink = sink
+        self._stats = stats
+        #: active input partitions -> their table (the fast path reads this dict)
+        self.tables: dict[int, TableApplier] = {}
+        #: active directory partitions
+        self.directories: dict[int, DirectoryApplier] = {}
+        self.restoring: dict[tuple[str, int], Restore] = {}
+        self._retry: dict[tuple[str, int], float] = {}
+        self._restored: list[tuple[str, int]] = []
+        self._announced: set[int] = set()
+
+    # -- rebalance -----------------------------------------------------------------------------
+    def assign(self, topic: str, partitions: list[int]) -> None:
+        """New partitions (inside the rebalance callback): pause them, restore their stores."""
+        tps = [TopicPartition(topic, p) for p in partitions]
+        self._consumer.assign_more(tps)
+        self._consumer.pause(tps)
+        self._ckpt.assign(topic, partitions)
+        for p in partitions:
+            self._start(topic, p)
+        log.info("assigned %s partitions %s: restoring", topic, partitions)
+
+    def revoke(self, topic: str, partitions: list[int]) -> None:
+        """Partitions gone (after their last commit, or lost)."""
+        for p in partitions:
+            task = self.restoring.pop((topic, p), None)
+            if task is not None:
+                task.cancel()
+            self._retry.pop((topic, p), None)
+            if (topic, p) in self._restored:
+                self._restored.remove((topic, p))
+            if topic == self.topics.input:
+                self.tables.pop(p, None)
+                self._stores.close(p)
+            elif self._dir_stores is not None:
+                self.directories.pop(p, None)
+                self._dir_stores.close(p)
+        self._ckpt.release(topic, partitions)
+        if topic == self.topics.input:
+            gone = [p for p in partitions if p in self._announced]
+            self._announced.difference_update(partitions)
+            if self._sink is not None and gone:
+                self._sink.on_release(gone)
+        self._stats.assigned = sorted(self.tables)
+
+    def restore_again(self, topic: str, partition: int) -> None:
+        """A partition whose local state fell behind (another worker processed it meanwhile)."""
+        tp = TopicPartition(topic, partition)
+        self._consumer.pause([tp])
+        if topic == self.topics.input:
+            self.tables.pop(partition, None)
+        else:
+            self.directories.pop(partition, None)
+        self._start(topic, partition)
+
+    def _start(self, topic: str, p: int) -> None:
+        self.restoring[(topic, p)] = self._restore(topic, p)
+
+    # -- every turn of the poll loop -----------------------------------------------------------
+    def advance(self) -> None:
+        """Move finished restores on; activate restored partitions once the sink is ready."""
+        now = time.monotonic()
+        for key, task in list(self.restoring.items()):
+            if not task.finished:
+                continue
+            del self.restoring[key]
+            if task.error is not None:
+                self._retry[key] = now + _RETRY_S
+            else:
+                self._restored.append(key)
+        for key, when in list(self._retry.items()):
+            if now >= when:
+                del self._retry[key]
+                self._start(*key)
+        if not self._restored:
+            return
+        if self._sink is not None:
+            new = [p for t, p in self._restored if t == self.topics.input and p not in self._announced]
+            if new:
+                self._announced.update(new)
+                self._sink.on_assign(new)
+            if not self._sink.ready():
+                return
+        restored, self._restored = self._restored, []
+        for topic, p in restored:
+            self._activate(topic, p)
+        self._stats.assigned = sorted(self.tables)
+
+    def _activate(self, topic: str, p: int) -> None:
+        base = self._ckpt.base_of(topic, p)
+        tp = TopicPartition(topic, p, OFFSET_BEGINNING if base is None else base)
+        try:
+            self._consumer.seek(tp)
+        except KafkaClientError as exc:
+            log.info("seek %s[%d] before resuming: %s", topic, p, exc)
+        self._consumer.resume([TopicPartition(topic, p)])
+        if topic == self.topics.input:
+            self.tables[p] = self._make_table(p)
+        else:
+            self.directories[p] = self._make_directory(p)
+        log.info("%s[%d] restored: processing from offset %s", topic, p, base)
+
+    # -- reporting -----------------------------------------------------------------------------
+    @property
+    def owned(self) -> list[int]:
+        """Input partitions owned in any state."""
+        out = set(self.tables) | {p for t, p in self.restoring if t == self.topics.input}
+        out |= {p for t, p in self._restored if t == self.topics.input}
+        out |= {p for t, p in self._retry if t == self.topics.input}
+        return sorted(out)
+
+    def busy(self) -> bool:
+        """Whether any partition is still on its way to being processed."""
+        return bool(self.restoring or self._restored or self._retry)

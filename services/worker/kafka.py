@@ -1,0 +1,350 @@
+"""The worker's Kafka client boundary: every ``KafkaException`` becomes a fifolane error here.
+
+The worker talks to Kafka through :class:`TxnProducer` and :class:`WorkerConsumer`, thin
+wrappers around confluent-kafka's clients. Their methods raise only
+:class:`fifolane.errors.KafkaClientError` leaves, chosen by :func:`map_error` from
+librdkafka's own classification of the error:
+
+- fatal (the producer is unusable): :class:`ProducerFencedError` when another producer
+  took over the transactional id, else :class:`ProducerFatalError`;
+- the open transaction must be aborted: :class:`TransactionAbortedError`;
+- one record is refused for what it is (:data:`RECORD_ERRORS`): :class:`RecordRefusedError`;
+- anything else, time-outs and unavailable brokers included: :class:`KafkaRetriableError`.
+
+Transactional calls that librdkafka reports as retriable ("call again to resume") are
+called again until their deadline; a call that hangs far past its time-out is reported as
+fatal by the watchdog of :mod:`services.worker.txn`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from fifolane.errors import (
+    KafkaClientError,
+    KafkaRetriableError,
+    ProducerFatalError,
+    ProducerFencedError,
+    RecordRefusedError,
+    TransactionAbortedError,
+    WorkerError,
+)
+from services.worker.txn import guarded
+
+__all__ = [
+    "RECORD_ERRORS",
+    "DeliveryReport",
+    "KafkaClients",
+    "Record",
+    "TxnProducer",
+    "WorkerConsumer",
+    "map_error",
+]
+
+log = logging.getLogger(__name__)
+
+#: Errors about one record (not about the cluster): producing it again fails again.
+RECORD_ERRORS = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE,
+    KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.INVALID_RECORD,
+    KafkaError.INVALID_MSG,
+    KafkaError.INVALID_MSG_SIZE,
+    KafkaError._INVALID_ARG,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.TOPIC_EXCEPTION,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+})
+_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
+
+
+class Record(Protocol):
+    """A consumed record (a ``confluent_kafka.Message``): what the worker reads of it."""
+
+    def error(self) -> KafkaError | None: ...
+    def topic(self) -> str: ...
+    def partition(self) -> int: ...
+    def offset(self) -> int: ...
+    def key(self) -> bytes | None: ...
+    def value(self) -> bytes | None: ...
+    def headers(self) -> list[tuple[str, bytes]] | None: ...
+    def timestamp(self) -> tuple[int, int]: ...
+
+
+def _error_of(exc: KafkaException | KafkaError) -> KafkaError:
+    if isinstance(exc, KafkaError):
+        return exc
+    arg = exc.args[0] if exc.args else None
+    if isinstance(arg, KafkaError):
+        return arg
+    return KafkaError(KafkaError._FAIL, str(exc))
+
+
+def map_error(exc: KafkaException | KafkaError, what: str) -> KafkaClientError:
+    """The fifolane error for a confluent-kafka exception (or error) raised by ``what``."""
+    err = _error_of(exc)
+    code = err.code()
+    name = err.name() or str(code)
+    message = f"{what}: {err.str()} ({name})"
+    cls: type[KafkaClientError] = KafkaRetriableError
+    if err.fatal():
+        cls = ProducerFencedError if code in _FENCED else ProducerFatalError
+    elif err.txn_requires_abort():
+        cls = TransactionAbortedError
+    elif code in RECORD_ERRORS:
+        cls = RecordRefusedError
+    return cls(message, code=name, retriable=bool(err.retriable()), fatal=bool(err.fatal()),
+               abortable=bool(err.txn_requires_abort()), refused=code in RECORD_ERRORS)
+
+
+class DeliveryReport:
+    """The first failed delivery since the last :meth:`take` (topic, error)."""
+
+    __slots__ = ("failed",)
+
+    def __init__(self) -> None:
+        self.failed: tuple[str, KafkaClientError] | None = None
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            topic = msg.topic() or "?"
+            log.error("delivery to %s[%s] failed: %s", topic, msg.partition(), err)
+            if self.failed is None:
+                self.failed = (topic, map_error(err, f"delivery to {topic}"))
+
+    def take(self) -> tuple[str, KafkaClientError] | None:
+        failed, self.failed = self.failed, None
+        return failed
+
+
+class TxnProducer:
+    """A confluent-kafka producer, transactional or not, whose errors are fifolane errors.
+
+    ``reports``: a delivery callback for every record (:meth:`report_each`) or only for
+    failures (at-least-once sets ``on_delivery`` in the config; exactly-once learns of a
+    failed delivery from the commit and sets none, since a callback costs ~1.4 us a record).
+    """
+
+    def __init__(self, conf: dict[str, Any], *, transactional: bool,
+                 factory: Callable[[dict[str, Any]], Any] = Producer) -> None:
+        self.transactional = transactional
+        self.report = DeliveryReport()
+        self._each = False
+        conf = dict(conf)
+        if not transactional:
+            conf.setdefault("delivery.report.only.error", True)
+            conf["on_delivery"] = self.report
+        self._conf = conf
+        self._factory = factory
+        self._producer = factory(conf)
+        self._raw = self._producer.produce
+        self.renewals = 0
+
+    def renew(self) -> None:
+        """Replace the client after a fatal error: a new producer with the same settings
+        (call :meth:`init` next if transactional). The old one's queued records are dropped;
+        a call of the old one that hangs (watchdog) is left to its thread."""
+        old = self._producer
+        self._producer = self._factory(self._conf)
+        self._raw = self._producer.produce
+        self.renewals += 1
+        try:
+            old.purge(True, True, False)
+        except (KafkaException, RuntimeError, TypeError) as exc:
+            log.debug("purge of the replaced producer: %s", exc)
+
+    # -- records -----------------------------------------------------------------------------
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                partition: int = -1, headers: Any = None) -> None:
+        """Queue one record (waits while the local queue is full)."""
+        raw = self._raw
+        while True:
+            try:
+                if self._each:
+                    raw(topic, value, key, partition, headers=headers, on_delivery=self.report)
+                elif headers is None:
+                    raw(topic, value, key, partition)  # even headers=None costs 0.4 us
+                else:
+                    raw(topic, value, key, partition, headers=headers)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # let deliveries drain
+            except KafkaException as exc:
+                raise map_error(exc, f"produce to {topic}") from exc
+
+    def report_each(self, on: bool) -> None:
+        """Report every record's delivery (to find which record Kafka refuses)."""
+        self._each = on
+
+    def poll(self, timeout: float = 0.0) -> None:
+        self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        """Wait for deliveries; the number of records still undelivered."""
+        try:
+            return int(self._producer.flush(timeout))
+        except KafkaException as exc:
+            raise map_error(exc, "flush") from exc
+
+    # -- transactions ------------------------------------------------------------------------
+    def init(self, timeout: float = 60.0) -> None:
+        """init_transactions: fences older producers with this id and settles their
+        open transaction (waits, calling again, while the coordinator is unavailable)."""
+        self._resume(self._producer.init_transactions, "init_transactions", timeout)
+
+    def begin(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise map_error(exc, "begin_transaction") from exc
+
+    def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any, timeout: float) -> None:
+        self._resume(lambda t: self._producer.send_offsets_to_transaction(offsets, group_metadata, t),
+                     "send_offsets_to_transaction", timeout)
+
+    def commit(self, timeout: float) -> None:
+        self._resume(self._producer.commit_transaction, "commit_transaction", timeout)
+
+    def abort(self, timeout: float) -> None:
+        self._resume(self._producer.abort_transaction, "abort_transaction", timeout)
+
+    def _resume(self, call: Callable[[float], Any], what: str, timeout: float) -> None:
+        """Make a blocking transactional call, again while librdkafka says it is retriable,
+        until ``timeout`` has passed; a call stuck past it is reported fatal (watchdog)."""
+        deadline = time.monotonic() + timeout
+        step = min(timeout, 30.0)
+        while True:
+            try:
+                guarded(call, step)
+                return
+            except KafkaException as exc:
+                mapped = map_error(exc, what)
+                if not isinstance(mapped, KafkaRetriableError) or time.monotonic() >= deadline:
+                    raise mapped from exc
+                log.info("%s: %s; calling again", what, mapped)
+
+
+class WorkerConsumer:
+    """The worker's consumer (calls on the poll thread only), errors mapped."""
+
+    def __init__(self, conf: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
+        self._consumer = factory(conf)
+        self.consume = self._consumer.consume  # the hot call; it reports errors in messages
+        self.poll = self._consumer.poll
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self._consumer.subscribe(topics, **callbacks)
+
+    def group_metadata(self) -> Any:
+        try:
+            return self._consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            raise map_error(exc, "consumer_group_metadata") from exc
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> dict[tuple[str, int], int | None]:
+        """Committed offsets (None: nothing committed), read as committed by transactions."""
+        try:
+            got = self._consumer.committed(partitions, timeout=timeout)
+        except KafkaException as exc:
+            raise map_error(exc, "committed offsets") from exc
+        out: dict[tuple[str, int], int | None] = {}
+        for tp in got:
+            if tp.error is not None:
+                raise map_error(tp.error, f"committed offset of {tp.topic}[{tp.partition}]")
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return out
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise map_error(exc, "offset commit") from exc
+
+    def seek(self, tp: TopicPartition) -> None:
+        try:
+            self._consumer.seek(tp)
+        except KafkaException as exc:
+            raise map_error(exc, f"seek {tp.topic}[{tp.partition}]") from exc
+
+    def assign_more(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.incremental_assign(partitions)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.pause(partitions)
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.resume(partitions)
+
+    def watermarks(self, tp: TopicPartition, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        try:
+            if cached:
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            else:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException as exc:
+            raise map_error(exc, f"watermarks of {tp.topic}[{tp.partition}]") from exc
+        return int(low), int(high)
+
+    def position(self, tp: TopicPartition) -> int:
+        try:
+            return int(self._consumer.position([tp])[0].offset)
+        except KafkaException as exc:
+            raise map_error(exc, "position") from exc
+
+    def close(self) -> None:
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("consumer close: %s", exc)
+
+
+class KafkaClients:
+    """How a worker makes its Kafka clients and asks about topics (unit tests pass fakes)."""
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self._base = base  # connection settings (Settings.kafka_config())
+
+    def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
+        return WorkerConsumer({**self._base, **conf})
+
+    def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
+        return TxnProducer({**self._base, **conf}, transactional=transactional)
+
+    def restore_consumer(self, conf: dict[str, Any]) -> Any:
+        """A plain consumer for reading a changelog (confluent-kafka's own)."""
+        return Consumer({**self._base, **conf})
+
+    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
+        """The configs of these topics; :class:`WorkerError` if one is missing or not
+        accessible (saying what to do), instead of failing later in a loop."""
+        admin = AdminClient(self._base)
+        try:
+            md = admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise WorkerError(f"cannot reach Kafka at {self._base.get('bootstrap.servers')}: "
+                              f"{map_error(exc, 'list topics')}") from exc
+        missing = {n: md.topics[n].error if n in md.topics else "not found"
+                   for n in names if n not in md.topics or md.topics[n].error is not None}
+        if missing:
+            raise WorkerError(f"topics missing or not accessible to this worker: {missing}; run "
+                              "`fifolane topics create`, or grant the worker's principal access "
+                              "(docs/security.md)")
+        found: dict[str, dict[str, str]] = {}
+        try:
+            futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
+                                             request_timeout=timeout)
+            for res, fut in futures.items():
+                entries = fut.result(timeout=timeout)
+                found[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+        except KafkaException as exc:  # configs are optional: Kafka's defaults are assumed
+            log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
+                        map_error(exc, "describe configs"))
+        return found

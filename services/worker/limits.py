@@ -1,0 +1,76 @@
+"""How large a record Kafka takes, per topic: checked before a record is produced.
+
+A record over the producer's ``message.max.bytes`` is refused by ``produce()`` itself; one over
+its topic's ``max.message.bytes`` is refused by the broker later, and fails the whole
+transaction. Either would fail again on every replay. So everything the worker derives from
+an input record (state record, dead-letter copy, notification, handler output) is measured
+first, against the smaller of the two limits (:meth:`Limits.room`), with room for Kafka's
+own framing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+__all__ = ["FRAMING", "Limits", "record_size"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes a record needs beyond its key, value and headers: the record batch header (61),
+#: the record's own varints and attributes, and a margin for librdkafka's estimate.
+FRAMING = 512
+_DEFAULT_TOPIC_MAX = 1_048_588  # Kafka's default max.message.bytes
+
+
+def record_size(key: bytes | str | None, value: bytes | str | None,
+                headers: Iterable[tuple[str, bytes | str | None]] | None = None) -> int:
+    """The bytes of a record's key, value and headers (without framing)."""
+    size = _size(key) + _size(value)
+    if headers:
+        for name, data in headers:
+            size += len(name) + _size(data) + 2
+    return size
+
+
+def _size(data: bytes | str | None) -> int:
+    if data is None:
+        return 0
+    return len(data.encode()) if isinstance(data, str) else len(data)
+
+
+class Limits:
+    """The largest record (key + value + headers) each topic takes.
+
+    ``client_max``: the producer's ``message.max.bytes``; ``topic_max(topic)``: the topic's
+    ``max.message.bytes`` (None if it cannot be read now: Kafka's default is assumed and
+    asked again later).
+    """
+
+    def __init__(self, client_max: int, topic_max: Callable[[str], int | None] | None = None) -> None:
+        self.client_max = client_max
+        self._topic_max = topic_max
+        self._room: dict[str, int] = {}
+
+    def room(self, topic: str) -> int:
+        """Bytes of key, value and headers a record of ``topic`` may have."""
+        room = self._room.get(topic)
+        if room is None:
+            found = self._topic_max(topic) if self._topic_max is not None else None
+            limit = min(self.client_max, found if found is not None else _DEFAULT_TOPIC_MAX)
+            room = limit - FRAMING
+            if found is not None:
+                self._room[topic] = room
+        return room
+
+    def fits(self, topic: str, size: int) -> bool:
+        return size <= self.room(topic)
+
+    def too_large(self, topic: str, size: int, what: str) -> str | None:
+        """Why a record of ``size`` bytes cannot go to ``topic`` (None if it can)."""
+        room = self.room(topic)
+        if size <= room:
+            return None
+        return (f"{what} for topic {topic} is {size} bytes, over the {room} bytes Kafka takes there "
+                f"(the producer's message.max.bytes and the topic's max.message.bytes, less "
+                f"{FRAMING} for framing)")

@@ -1,0 +1,158 @@
+"""The table of one partition: every entity write goes through its :class:`TableApplier`.
+
+An applier owns the rules of a write, each in one place:
+
+- the stale check (:meth:`TableApplier.prior`): a write whose version is not newer than the
+  entity's applied version (also a deleted one's) is dropped;
+- the size check: a state record Kafka would refuse is not written (the caller
+  dead-letters its input);
+- staging the row in the partition's store (RocksDB gets it after the commit);
+- the state-topic record: the value, or a tombstone whose headers keep the delete's version;
+- the change sink (cluster listeners);
+- the entity directory claim when an entity appears in this partition or changes group, so
+  the group it left hears of it (services/worker/directory.py).
+
+The fast path (services/worker/fastpath.py) and the general path (runtime) differ only in
+how they read an input record; both apply it here.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from fifolane.serde.state_records import state_headers
+from services.worker.metrics import Stats
+from services.worker.sink import ChangeSink
+from services.worker.state import RAW_VERSION, ROW_VERSION, PartitionStore, Row
+
+__all__ = ["APPLIED", "STALE", "TOO_LARGE", "Claim", "TableApplier"]
+
+#: Outcomes of a write.
+APPLIED, STALE, TOO_LARGE = 1, 0, 2
+
+#: ``claim(partition, entity key, group, version, deleted)``: tell the directory where the
+#: entity lives.
+Claim = Callable[[int, bytes, str, int, bool], None]
+Produce = Callable[..., None]
+
+_GLEN = struct.Struct(">H")
+_DELETED = 1
+
+
+class TableApplier:
+    """Applies entity writes to one partition (see the module docstring)."""
+
+    __slots__ = ("_claim", "_db_get", "_headers", "_need_old", "_overlay", "_produce", "_sink",
+                 "_topic", "_unpack", "partition", "room", "stats", "store")
+
+    def __init__(self, store: PartitionStore, produce: Produce, *, state_topic: str, room: int,
+                 stats: Stats, sink: ChangeSink | None = None, claim: Claim | None = None,
+                 state_headers: bool = False) -> None:
+        self.store = store
+        self.partition = store.partition
+        self.stats = stats
+        #: bytes of key + value + headers a state record may have
+        self.room = room
+        self._produce = produce
+        self._topic = state_topic
+        self._sink = sink
+        self._claim = claim
+        self._headers = state_headers
+        self._overlay = store.overlay
+        self._db_get = store.db.get
+        self._unpack = store.unpack
+        # The previous row itself (not only its version) is needed by a change sink and to
+        # keep the group index.
+        self._need_old = sink is not None or store.group_index
+
+    # -- the stale check -----------------------------------------------------------------------
+    def prior(self, ekey: bytes, version: int) -> Row | bytes | int | None:
+        """:data:`STALE` if the entity's applied version is ``version`` or newer; else its
+        latest row: None (unknown here), a :class:`Row`, or its packed bytes when nobody
+        needs the row itself."""
+        old = self._overlay.get(ekey)
+        if old is not None:
+            return STALE if version <= old.version else old
+        data = self._db_get(b"e:" + ekey)
+        if data is None:
+            return None
+        stored = ROW_VERSION.unpack_from(data)[0]
+        if stored == RAW_VERSION or self._need_old:  # a raw row is read on first use
+            row = self._unpack(data)
+            if row is None:
+                return None
+            return STALE if version <= row.version else row
+        return STALE if version <= stored else data
+
+    def latest(self, ekey: bytes) -> Row | None:
+        """The entity's latest row, staged writes first (deleted rows keep their version)."""
+        return self.store.get(ekey)
+
+    # -- writes --------------------------------------------------------------------------------
+    def upsert(self, ekey: bytes, type_name: bytes, group: str, gbytes: bytes, version: int,
+               value: bytes, record: dict[str, Any] | None, offset: int | None, ts: int) -> int:
+        """Apply an upsert of ``ekey`` to ``value`` (the encoded entity, written as is)."""
+        old = self.prior(ekey, version)
+        if old is STALE:
+            return STALE
+        if len(ekey) + len(value) > self.room:
+            return TOO_LARGE
+        new = Row(version, False, group, value)
+        if type(old) is bytes or old is None:
+            if self.store.group_index:
+                self.store.put(ekey, new, None)
+            else:
+                self._overlay[ekey] = new
+            if self._claim is not None and (old is None or _moved(old, gbytes)):
+                self._claim(self.partition, ekey, group, version, False)
+            old_row = None
+        else:
+            assert isinstance(old, Row)
+            self.store.put(ekey, new, old)
+            if self._claim is not None and (old.deleted or old.group != group):
+                self._claim(self.partition, ekey, group, version, False)
+            old_row = old
+        if self._headers:
+            self._produce(self._topic, value, ekey, self.partition,
+                          state_headers(type_name, gbytes, version))
+        else:
+            self._produce(self._topic, value, ekey, self.partition)
+        if self._sink is not None:
+            self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record)
+        return APPLIED
+
+    def write(self, ekey: bytes, new: Row, record: dict[str, Any] | None, offset: int | None,
+              ts: int, *, moved_to: str | None = None) -> int:
+        """Apply a write of a whole row: a delete (``new.deleted``) or a handler's write.
+        ``moved_to``: a move-out (services/worker/directory.py), already decided by its own
+        rule (which also settles equal versions), so not checked here."""
+        old = self.prior(ekey, new.version) if moved_to is None else self.latest(ekey)
+        if old is STALE:
+            return STALE
+        if new.value is not None and len(ekey) + len(new.value) > self.room:
+            return TOO_LARGE
+        old_row = self._unpack(old) if type(old) is bytes else old
+        assert old_row is None or isinstance(old_row, Row)
+        self.store.put(ekey, new, old_row)
+        if (self._claim is not None and not new.deleted
+                and (old_row is None or old_row.deleted or old_row.group != new.group)):
+            self._claim(self.partition, ekey, new.group, new.version, False)
+        type_name = ekey[: ekey.find(b"/")]
+        if new.deleted or self._headers:
+            headers = state_headers(type_name, new.group.encode(), new.version)
+            self._produce(self._topic, new.value, ekey, self.partition, headers)
+        else:
+            self._produce(self._topic, new.value, ekey, self.partition)
+        if self._sink is not None:
+            self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record, moved_to)
+        return APPLIED
+
+
+def _moved(packed: bytes, gbytes: bytes) -> bool:
+    """Whether a packed row is deleted or of another group than ``gbytes``."""
+    if packed[8] & _DELETED:
+        return True
+    glen = _GLEN.unpack_from(packed, 9)[0]
+    return packed[11 : 11 + glen] != gbytes

@@ -1,0 +1,177 @@
+"""Fake Kafka clients for worker unit tests (services.worker.kafka.KafkaClients' interface).
+
+No broker: the consumer hands out the batches a test queues, the producer records what is
+produced and can be told to fail, and restores find empty changelogs. End-to-end behaviour
+against real Kafka is tested in tests/integration and tests/faults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fifolane.errors import KafkaClientError
+from services.worker.kafka import DeliveryReport, KafkaClients
+
+__all__ = ["FakeClients", "FakeConsumer", "FakeMsg", "FakeProducer"]
+
+
+class FakeMsg:
+    """The part of a confluent-kafka Message the worker reads."""
+
+    def __init__(self, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]] | None = None, topic: str = "in") -> None:
+        self._p, self._o, self._k, self._v, self._h, self._t = partition, offset, key, value, headers, topic
+
+    def error(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._h
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._o)
+
+
+class FakeProducer:
+    """Records ``(topic, value, key, partition, headers)``; ``fail`` makes the next produce raise."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, Any, Any, int, list[Any]]] = []
+        self.transactions = 0
+        self.commits = 0
+        self.aborts = 0
+        self.offsets: list[Any] = []
+        self.fail: KafkaClientError | None = None
+        self.report = DeliveryReport()
+        self.renewals = 0
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+                headers: Any = None) -> None:
+        if self.fail is not None:
+            exc, self.fail = self.fail, None
+            raise exc
+        self.records.append((topic, value, key, partition, list(headers or [])))
+
+    def init(self, timeout: float = 60.0) -> None:
+        pass
+
+    def begin(self) -> None:
+        self.transactions += 1
+
+    def send_offsets(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
+        self.offsets.append(sorted((tp.topic, tp.partition, tp.offset) for tp in offsets))
+
+    def commit(self, timeout: float) -> None:
+        self.commits += 1
+
+    def abort(self, timeout: float) -> None:
+        self.aborts += 1
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def renew(self) -> None:
+        self.renewals += 1
+
+    def report_each(self, on: bool) -> None:
+        pass
+
+    def poll(self, timeout: float = 0.0) -> None:
+        pass
+
+
+class FakeConsumer:
+    """Hands out queued batches; records seeks, pauses and resumes."""
+
+    def __init__(self, committed: dict[tuple[str, int], int | None]) -> None:
+        self.batches: list[list[FakeMsg]] = []
+        self.seeks: list[tuple[str, int, int]] = []
+        self.paused: set[tuple[str, int]] = set()
+        self._committed = committed
+        self.callbacks: dict[str, Callable[..., None]] = {}
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.callbacks = callbacks
+
+    def consume(self, n: int, timeout: float = 0) -> list[FakeMsg]:
+        return self.batches.pop(0) if self.batches else []
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+    def group_metadata(self) -> object:
+        return object()
+
+    def committed(self, partitions: list[Any], timeout: float) -> dict[tuple[str, int], int | None]:
+        return {(tp.topic, tp.partition): self._committed.get((tp.topic, tp.partition)) for tp in partitions}
+
+    def commit(self, offsets: list[Any]) -> None:
+        pass
+
+    def seek(self, tp: Any) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def assign_more(self, partitions: list[Any]) -> None:
+        pass
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in partitions}
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in partitions}
+
+    def watermarks(self, tp: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        return 0, 0
+
+    def position(self, tp: Any) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+class _EmptyChangelog:
+    """A restore consumer over an empty changelog."""
+
+    def get_watermark_offsets(self, tp: Any, timeout: float | None = None) -> tuple[int, int]:
+        return 0, 0
+
+    def close(self) -> None:
+        pass
+
+
+class FakeClients(KafkaClients):
+    """What a worker unit test passes as ``Worker(..., clients=...)``."""
+
+    def __init__(self, committed: dict[tuple[str, int], int | None] | None = None) -> None:
+        super().__init__({})
+        self.fake_consumer = FakeConsumer(committed or {})
+        self.fake_producer = FakeProducer()
+
+    def consumer(self, conf: dict[str, Any]) -> Any:
+        return self.fake_consumer
+
+    def producer(self, conf: dict[str, Any], *, transactional: bool) -> Any:
+        return self.fake_producer
+
+    def restore_consumer(self, conf: dict[str, Any]) -> Any:
+        return _EmptyChangelog()
+
+    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
+        return {n: {} for n in names}
