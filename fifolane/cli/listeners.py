@@ -31,7 +31,8 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
-    lines = [f"error: invalid {what}: {exc}"]
+    text = str(exc)  # compile errors already start with "invalid filter/converter"
+    lines = [f"error: {text}" if text.startswith(f"invalid {what}") else f"error: invalid {what}: {text}"]
     if exc.expression:
         lines.append(f"  {exc.expression}")
         if exc.position is not None:
