@@ -197,9 +197,9 @@ class ListenerSpec:
 
         Raises only :class:`ListenerError` or :class:`ExpressionError`, whatever ``data`` holds.
         """
-        if not isinstance(data, dict) or "name" not in data:
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             raise ListenerError(
-                f"a listener registration must be a JSON object with a name, not {_show(data)}"
+                f"a listener registration must be a JSON object with a name (a string), not {_show(data)}"
             )
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known and v is not None}

@@ -38,7 +38,7 @@ ERRORS = {
     "huge-lease": "invalid duration '99999999999d': longer than the limit of 10 years (3650d)",
     "far-future": "invalid created_at '9999-12-31T23:59:59+00:00': must lie between 1970-01-01 and 9000-01-01",
     "garbage": "listener registration is not valid JSON",
-    "a-list": "a listener registration must be a JSON object with a name, not ['name', 'a-list']",
+    "a-list": "a listener registration must be a JSON object with a name (a string), not ['name', 'a-list']",
 }
 
 

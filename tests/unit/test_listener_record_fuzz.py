@@ -78,7 +78,8 @@ def test_any_bytes_parse_or_are_refused_with_a_fifolane_error(raw: bytes) -> Non
     ({"name": "x", "kinds": 5}, "invalid kinds 5: give a list"),
     ({"name": "x", "filter": ["value.a"]}, "invalid filter ['value.a']: give a CEL expression"),
     ({"name": "x", "output_topic": "no spaces"}, "a Kafka topic name has 1-249 characters"),
-    ([1, 2], "must be a JSON object with a name, not [1, 2]"),
+    ([1, 2], "must be a JSON object with a name (a string), not [1, 2]"),
+    ({"name": None}, "must be a JSON object with a name (a string)"),
 ])
 def test_bad_records_are_refused_with_what_is_wrong(record: Any, words: str) -> None:
     with pytest.raises(ListenerError) as info:
