@@ -33,6 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
+from fifolane.produce import DEFAULT_DELIVERY_TIMEOUT_S
 from fifolane.topics import create_topic
 from listeners.model import ListenerSpec
 from listeners.registry_records import (
@@ -183,13 +184,17 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
         if err is not None:
             errors.append(str(err))
 
-    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all"}))
+    # Retried as long as `fifolane produce` does (longer than a leader election), and waited for.
+    timeout_s = DEFAULT_DELIVERY_TIMEOUT_S
+    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all",
+                                                 "delivery.timeout.ms": int(timeout_s * 1000)}))  # fmt: skip
     producer.produce(settings.registry_topic, value, key.encode(), on_delivery=on_delivery)
-    left = producer.flush(30)
+    left = producer.flush(timeout_s + 10)
     if left or errors:
         raise ListenerError(
             f"writing {key!r} to the registry {settings.registry_topic!r} failed: "
-            f"{errors[0] if errors else 'not delivered within 30s'}"
+            f"{errors[0] if errors else f'not delivered within {timeout_s + 10:.0f}s'}; check the "
+            f"cluster (`fifolane kafka status`) and try again"
         )
 
 
