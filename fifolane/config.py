@@ -101,7 +101,11 @@ class Settings(BaseSettings):
         "(tombstones always carry them; upserts have group and version in the value).",
     )
     partitions: int = Field(default=6, ge=1)
-    replication_factor: int = Field(default=1, ge=1)
+    replication_factor: int = Field(
+        default=-1,
+        description="Replication factor of the topics fifolane creates; -1 (the default) means the "
+        "brokers' default.replication.factor, so one setting fits 1 broker and 3.",
+    )
 
     # --- local files ------------------------------------------------------------------
     home: Path = Field(default=PROJECT_ROOT / ".fifolane", description="local cluster, caches, logs")
@@ -115,6 +119,16 @@ class Settings(BaseSettings):
                 value = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"librdkafka must be a JSON object: {exc}") from exc
+        return value
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _check_replication_factor(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError(
+                f"replication_factor must be >= 1, or -1 for the brokers' default.replication.factor; "
+                f"got {value}"
+            )
         return value
 
     @classmethod

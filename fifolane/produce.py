@@ -24,13 +24,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from fifolane.config import Settings
 from fifolane.errors import ConfigError, SerializationError, ValidationError
 from fifolane.serde import Codec, SchemaCatalog, make_codec
 
 __all__ = [
+    "DEFAULT_DELIVERY_TIMEOUT_S",
+    "DEFAULT_MESSAGE_MAX_BYTES",
     "SEQ_BLOCK",
     "EventProducer",
     "ProduceReport",
@@ -44,6 +46,18 @@ HEADER_SOURCE = "fifolane.source"
 HEADER_SEQ = "fifolane.seq"
 _SOURCE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 Headers = list[tuple[str, str | bytes | None]]
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+#: How long a record is retried before it is reported failed: Kafka's own default
+#: ``delivery.timeout.ms``, well beyond a leader election after a broker dies.
+DEFAULT_DELIVERY_TIMEOUT_S = 120.0
+#: librdkafka's default ``message.max.bytes`` (the producer refuses larger records).
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+# Record framing beyond key, value and header bytes (librdkafka's MessageV2 overhead is at
+# most about 40 bytes), and per header (two length varints).
+_RECORD_OVERHEAD = 64
+_HEADER_OVERHEAD = 10
+# flush() waits this much beyond the delivery timeout for the last delivery reports.
+_FLUSH_MARGIN_S = 10.0
 
 
 def default_source() -> str:
@@ -124,18 +138,29 @@ class SequenceAllocator:
             self._lock_fd = None
 
 
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass
 class ProduceReport:
-    """What :meth:`EventProducer.produce_lines` did: counts, and every failure with a reason."""
+    """What :meth:`EventProducer.produce_lines` did: counts, and every failure with its line.
+
+    ``failed``: lines skipped, not sent (invalid JSON, not valid for the schema, too large,
+    refused by the producer), each ``(line number, reason)``. ``undelivered``: lines sent but
+    not acknowledged by the brokers. ``delivery_errors``: the undelivered ones as text.
+    """
 
     sent: int = 0
     failed: list[tuple[int, str]] = field(default_factory=list)
+    undelivered: list[tuple[int, str]] = field(default_factory=list)
     delivery_errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         """True when every line was valid and every record was delivered."""
-        return not self.failed and not self.delivery_errors
+        return not self.failed and not self.undelivered and not self.delivery_errors
 
 
 class EventProducer:
@@ -144,6 +169,10 @@ class EventProducer:
     Not thread-safe: use one per thread (each with its own source id). ``producer_config``
     overrides librdkafka settings; ``kafka_producer`` replaces the confluent-kafka Producer
     (anything with its ``produce``/``poll``/``flush``), for tests without a broker.
+
+    A record is retried until ``delivery.timeout.ms`` (default 120 s, Kafka's own default:
+    longer than a leader election after a broker dies), and :meth:`flush` waits that long
+    plus a margin, so every record sent has an outcome when it returns.
     """
 
     def __init__(
@@ -168,7 +197,6 @@ class EventProducer:
         self.delivered = 0
         self.delivery_errors: list[str] = []
         self._source_header = self.source.encode()
-        self._seq = SequenceAllocator(settings.home / "sources" / f"{self.source}.seq")
         conf = settings.kafka_config(**{
             "enable.idempotence": True,  # no duplicates or reordering on retries
             "acks": "all",
@@ -176,6 +204,17 @@ class EventProducer:
             "client.id": f"fifolane-produce-{self.source}",
         })
         conf.update(producer_config or {})
+        if "delivery.timeout.ms" not in conf and "message.timeout.ms" not in conf:
+            conf["delivery.timeout.ms"] = int(DEFAULT_DELIVERY_TIMEOUT_S * 1000)
+        try:
+            timeout_ms = int(conf.get("delivery.timeout.ms", conf.get("message.timeout.ms", 0)))
+            self.max_message_bytes = int(conf.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"producer settings: delivery.timeout.ms and message.max.bytes must be "
+                              f"numbers: {exc}") from None  # fmt: skip
+        #: Seconds librdkafka retries a record before it reports it failed (0 = forever).
+        self.delivery_timeout = timeout_ms / 1000
+        self._seq = SequenceAllocator(settings.home / "sources" / f"{self.source}.seq")
         # kafka_producer: anything with confluent-kafka's produce/poll/flush (unit tests).
         try:
             self._producer = kafka_producer if kafka_producer is not None else Producer(conf)
@@ -197,8 +236,9 @@ class EventProducer:
         """Send an upsert (``record`` is the entity) or a delete (``record`` needs only the
         key, group and version fields); returns its sequence number.
 
-        Raises ValidationError when the group, key or version is missing, or for an unknown
-        op; SerializationError when the record does not fit the schema.
+        Raises ValidationError when the group, key or version is missing, for an unknown op,
+        or when the encoded record is over the producer's ``message.max.bytes``;
+        SerializationError when the record does not fit the schema.
         """
         entity = self.catalog.entity(type_name)
         group, key, version = entity.group_of(record), entity.key_of(record), entity.version_of(record)
@@ -212,7 +252,7 @@ class EventProducer:
         elif op == "delete":
             value_bytes = self.codec.encode_delete(type_name, key, group, version)
         else:
-            raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {op!r}")
+            raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {_show(op)}")
         return self._send(str(group).encode(), value_bytes)
 
     def send_raw(
@@ -226,41 +266,86 @@ class EventProducer:
         """
         if source_headers:
             return self._send(key, value, headers)
-        self._produce(key, value, list(headers or []))
+        self._produce(key, value, list(headers or []), self._on_delivery)
         return None
 
-    def _send(self, key: bytes | None, value: bytes | None, extra: Headers | None = None) -> int:
+    def check_size(self, key: bytes | None, value: bytes | None, extra: Headers | None = None) -> None:
+        """Refuse a record the producer would refuse for its size, naming the limit.
+
+        The estimate adds the source headers and the record framing to the key and value, and
+        errs on the large side by a few bytes.
+        """
+        size = len(key or b"") + len(value or b"") + _RECORD_OVERHEAD
+        size += len(HEADER_SOURCE) + len(self._source_header) + len(HEADER_SEQ) + 20 + 2 * _HEADER_OVERHEAD
+        for name, header in extra or ():
+            size += len(name) + len(header or b"") + _HEADER_OVERHEAD
+        if size > self.max_message_bytes:
+            raise ValidationError(
+                f"the encoded record is about {size:,} bytes, over the producer's message.max.bytes "
+                f"({self.max_message_bytes:,}); make the event smaller, or raise message.max.bytes "
+                f"(FIFOLANE_LIBRDKAFKA) together with the input topic's max.message.bytes"
+            )
+
+    def _send(
+        self, key: bytes | None, value: bytes | None, extra: Headers | None = None,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        self.check_size(key, value, extra)  # before a sequence number is taken
         seq = self._seq.next()
         headers: Headers = [(HEADER_SOURCE, self._source_header), (HEADER_SEQ, str(seq).encode())]
         if extra:
             headers.extend(extra)
-        self._produce(key, value, headers)
+        self._produce(key, value, headers, on_delivery or self._on_delivery)
         return seq
 
-    def _produce(self, key: bytes | None, value: bytes | None, headers: Headers) -> None:
+    def _produce(
+        self, key: bytes | None, value: bytes | None, headers: Headers, on_delivery: DeliveryCallback
+    ) -> None:
         while True:
             try:
-                self._producer.produce(
-                    self.topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery
-                )
+                self._producer.produce(self.topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
                 break
             except BufferError:
                 # Local queue full: serve delivery reports until there is room again.
                 self._producer.poll(0.1)
         self._producer.poll(0)
 
+    def delivery_reason(self, err: Any) -> str:
+        """Why a record was not delivered, and what to do about it."""
+        code = err.code() if hasattr(err, "code") else None
+        text = err.str()
+        if code == KafkaError._MSG_TIMED_OUT:
+            return (f"{text}: not acknowledged within the delivery timeout ({self.delivery_timeout:.0f}s): "
+                    f"a partition had no leader, or the cluster was unreachable, that long; check "
+                    f"`fifolane topics describe` (replication) and the brokers, then send it again")  # fmt: skip
+        if code == KafkaError.MSG_SIZE_TOO_LARGE:
+            return (f"{text}: the broker refused its size; make the event smaller or raise the input "
+                    f"topic's max.message.bytes")  # fmt: skip
+        return f"{text}; send it again once the cause is fixed"
+
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:
             self.delivered += 1
         else:
-            self.delivery_errors.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
+            self.delivery_errors.append(f"{msg.topic()} key={_show(msg.key())}: {self.delivery_reason(err)}")
 
-    def flush(self, timeout: float = 30.0) -> int:
+    @property
+    def flush_timeout(self) -> float:
+        """How long :meth:`flush` waits by default: the delivery timeout plus a margin (-1 = forever)."""
+        return self.delivery_timeout + _FLUSH_MARGIN_S if self.delivery_timeout > 0 else -1
+
+    def flush(self, timeout: float | None = None) -> int:
         """Wait for delivery of everything sent; returns how many are still undelivered
-        (each also counted in ``delivery_errors``)."""
-        remaining = int(self._producer.flush(timeout))
+        (each also counted in ``delivery_errors``). ``timeout`` defaults to
+        :attr:`flush_timeout`, by when every record has an outcome."""
+        wait = self.flush_timeout if timeout is None else timeout
+        remaining = int(self._producer.flush(wait))
         if remaining:
-            self.delivery_errors.append(f"{remaining} record(s) not delivered within {timeout}s")
+            self.delivery_errors.append(
+                f"{remaining} record(s) without a delivery report after waiting {wait:.0f}s: the brokers "
+                f"did not acknowledge them; check the cluster (`fifolane kafka status`, `fifolane topics "
+                f"describe`) and send them again"
+            )
         return remaining
 
     def close(self) -> None:
@@ -273,7 +358,7 @@ class EventProducer:
     # -- JSON lines --------------------------------------------------------------------
     def produce_lines(
         self,
-        lines: Iterable[str],
+        lines: Iterable[str | bytes],
         type_name: str,
         *,
         on_error: Callable[[int, str], None] | None = None,
@@ -281,25 +366,62 @@ class EventProducer:
         """Validate and send JSON lines (one event each, 1-based line numbers), then flush.
 
         A line may carry ``"op": "upsert"`` (default) or ``"delete"``; a delete needs only
-        the key, group and version fields. A line that does not validate is not sent: it
-        is listed in ``failed`` (and passed to ``on_error`` at once); the others are sent.
+        the key, group and version fields. ``bytes`` lines must be UTF-8. A line that cannot
+        be sent (invalid UTF-8 or JSON, JSON nested too deeply, not valid for the schema, over
+        ``message.max.bytes``, refused by the producer) is skipped and listed in ``failed``; a
+        line sent but not acknowledged is listed in ``undelivered``. Both are passed to
+        ``on_error`` as soon as they are known; every other line is sent.
         """
         entity = self.catalog.entity(type_name)
         report = ProduceReport()
         errors_before = len(self.delivery_errors)
+        pending: set[int] = set()
+
+        def fail(line_no: int, reason: str, into: list[tuple[int, str]]) -> None:
+            into.append((line_no, reason))
+            if on_error is not None:
+                on_error(line_no, reason)
+
+        def reporter(line_no: int) -> DeliveryCallback:
+            def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+                pending.discard(line_no)
+                if err is None:
+                    self.delivered += 1
+                    return
+                reason = f"not delivered: {self.delivery_reason(err)}"
+                self.delivery_errors.append(f"line {line_no}: {reason}")
+                fail(line_no, reason, report.undelivered)
+            return on_delivery
+
         for line_no, line in enumerate(lines, 1):
-            if not line.strip():
+            try:
+                text = line.decode("utf-8") if isinstance(line, bytes) else line
+            except UnicodeDecodeError as exc:
+                fail(line_no, f"not valid UTF-8 (byte {exc.start + 1} of the line); save the file as UTF-8",
+                     report.failed)
+                continue
+            if not text.strip():
                 continue
             try:
-                key, value = self._encode_line(entity.name, line)
+                key, value = self._encode_line(entity.name, text)
+                pending.add(line_no)
+                self._send(key, value, on_delivery=reporter(line_no))
             except (ValidationError, SerializationError) as exc:
-                report.failed.append((line_no, str(exc)))
-                if on_error is not None:
-                    on_error(line_no, str(exc))
+                pending.discard(line_no)
+                fail(line_no, str(exc), report.failed)
                 continue
-            self._send(key, value)
+            except KafkaException as exc:
+                pending.discard(line_no)
+                err = exc.args[0] if exc.args else exc
+                detail = err.str() if isinstance(err, KafkaError) else str(err)
+                fail(line_no, f"the producer refused the record: {detail}", report.failed)
+                continue
             report.sent += 1
-        self.flush()
+        if self.flush():
+            wait = self.flush_timeout
+            for line_no in sorted(pending):
+                fail(line_no, f"not delivered: no delivery report within {wait:.0f}s; check the cluster "
+                              f"and send the line again", report.undelivered)  # fmt: skip
         report.delivery_errors = self.delivery_errors[errors_before:]
         return report
 
@@ -308,6 +430,12 @@ class EventProducer:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise ValidationError(
+                "invalid JSON: nested too deeply (more than about 1,000 levels of [ and {); flatten the event"
+            ) from None
+        except ValueError as exc:  # e.g. an integer with more digits than Python converts
+            raise ValidationError(f"invalid JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise ValidationError(f"expected a JSON object, got {type(obj).__name__}")
         op = obj.pop("op", "upsert")
@@ -325,4 +453,4 @@ class EventProducer:
             delete = entity.delete_record(obj)
             value = self.codec.encode_delete(type_name, delete["key"], delete["group"], delete["version"])
             return delete["group"].encode(), value
-        raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {op!r}")
+        raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {_show(op)}")

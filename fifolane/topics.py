@@ -4,6 +4,11 @@
     create_topic(settings, name, ...)  one topic, created if missing (tests, demos, listeners)
     describe_topics(settings)          what exists now, per role (for `fifolane topics describe`)
 
+Replication: ``settings.replication_factor`` (``FIFOLANE_REPLICATION_FACTOR``) unless a call
+gives one; -1, the default, means the brokers' ``default.replication.factor``, so the same
+command makes RF 1 topics on one broker and RF 3 topics on a 3-broker cluster
+(``fifolane kafka up --brokers 3``, docker-compose). The replication a topic got is read back.
+
 An existing topic with a config fifolane cannot work with (a state topic that is not compacted,
 a registry with more than one partition, a state topic whose partition count differs from the
 input's) is refused with :class:`TopicConfigError`, never silently altered: changing partition
@@ -26,6 +31,7 @@ __all__ = [
     "ROLES",
     "TopicSpec",
     "TopicState",
+    "broker_count",
     "create_topic",
     "describe_topics",
     "ensure_topics",
@@ -106,6 +112,29 @@ def _admin(settings: Settings) -> AdminClient:
     return AdminClient(settings.kafka_config())
 
 
+def _replication(settings: Settings, explicit: int | None) -> int:
+    """The replication factor to create with: ``explicit``, else the setting (-1 = brokers' default)."""
+    rf = settings.replication_factor if explicit is None else explicit
+    if rf == 0 or rf < -1:
+        raise TopicConfigError(
+            f"invalid replication factor {rf}: give 1 or more, or -1 for the brokers' "
+            f"default.replication.factor"
+        )
+    return rf
+
+
+def _describe_rf(rf: int) -> str:
+    return "the brokers' default replication" if rf == -1 else f"replication {rf}"
+
+
+def broker_count(settings: Settings, timeout: float = 30.0) -> int:
+    """How many brokers the cluster has now (for warnings about under-replicated topics)."""
+    try:
+        return len(_admin(settings).list_topics(timeout=timeout).brokers)
+    except KafkaException as exc:
+        raise TopicConfigError(f"cannot reach the cluster: {exc}") from exc
+
+
 def _existing(admin: AdminClient, names: list[str], timeout: float) -> dict[str, TopicState]:
     """Partitions, replication and key configs of those ``names`` that exist."""
     try:
@@ -160,7 +189,7 @@ def _create(
         if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
             return False
         raise TopicConfigError(
-            f"creating topic {name!r} ({partitions} partitions, replication {replication_factor}, "
+            f"creating topic {name!r} ({partitions} partitions, {_describe_rf(replication_factor)}, "
             f"{config}) failed: {exc}"
         ) from exc
     return True
@@ -192,9 +221,12 @@ def create_topic(
     replication_factor: int | None = None,
     timeout: float = 30.0,
 ) -> bool:
-    """Create ``name`` if it does not exist (no validation of an existing one); True if created."""
+    """Create ``name`` if it does not exist (no validation of an existing one); True if created.
+
+    ``replication_factor`` defaults to ``settings.replication_factor`` (-1: the brokers' default).
+    """
+    rf = _replication(settings, replication_factor)
     admin = _admin(settings)
-    rf = replication_factor or settings.replication_factor
     created = _create(admin, name, partitions, rf, dict(config or {}), timeout)
     _wait_for_leaders(admin, [name], timeout)
     return created
@@ -234,9 +266,8 @@ def ensure_topics(
 
     ``partitions`` defaults to the existing input topic's count, else ``settings.partitions``;
     an explicit value that differs from an existing input topic is refused.
-    ``replication_factor`` defaults to ``settings.replication_factor``; -1 means the brokers'
-    ``default.replication.factor`` (what docker-compose uses, so one command fits 1 or 3
-    brokers). Raises
+    ``replication_factor`` defaults to ``settings.replication_factor``, whose default, -1, means
+    the brokers' ``default.replication.factor`` (so one command fits 1 or 3 brokers). Raises
     :class:`TopicConfigError` listing every problem found, before creating anything.
     """
     names = role_names(settings)
@@ -244,8 +275,8 @@ def ensure_topics(
     if shared:
         roles = ", ".join(f"{r}={n}" for r, n in names.items() if n in shared)
         raise TopicConfigError(f"roles must use distinct topics, but {roles}; fix the FIFOLANE_*_TOPIC settings")
+    rf = _replication(settings, replication_factor)
     admin = _admin(settings)
-    rf = replication_factor or settings.replication_factor
     existing = _existing(admin, list(names.values()), timeout)
     current_input = existing.get(names["input"])
     if current_input is not None and partitions is not None and current_input.partitions != partitions:

@@ -152,15 +152,23 @@ class _Parser:
         return node
 
     def expr(self) -> Node:
-        start = self.tok.start
-        cond = self.binary(0)
-        if self._is("?"):
+        # `a ? b : c ? d : e` nests to the right; built in a loop, so a long chain of
+        # conditionals does not recurse (only brackets do: their depth is checked first).
+        arms: list[tuple[int, Node, Node]] = []
+        while True:
+            start = self.tok.start
+            cond = self.binary(0)
+            if not self._is("?"):
+                break
             self._take()
             then = self.binary(0)
             self._expect(":")
-            other = self.expr()
-            return self._span(Cond(cond, then, other), start)
-        return cond
+            arms.append((start, cond, then))
+        node = cond
+        end = self.tokens[self.i - 1].end
+        for start, c, then in reversed(arms):
+            node = Cond(c, then, node, start=start, end=end)
+        return node
 
     # Precedence levels, loosest first.
     _LEVELS: tuple[frozenset[str], ...] = (
@@ -184,11 +192,13 @@ class _Parser:
         return left
 
     def unary(self) -> Node:
-        start = self.tok.start
-        if self._is("!") or self._is("-"):
-            op = self._take().text
-            return self._span(Unary(op, self.unary()), start)
-        return self.member()
+        ops: list[tuple[int, str]] = []  # a run of `!`/`-`, in a loop (no recursion)
+        while self._is("!") or self._is("-"):
+            ops.append((self.tok.start, self._take().text))
+        node = self.member()
+        for start, op in reversed(ops):
+            node = Unary(op, node, start=start, end=node.end)
+        return node
 
     def member(self) -> Node:
         start = self.tok.start
@@ -249,6 +259,8 @@ class _Parser:
         if self._is("."):
             # A leading dot names a root-scope identifier: `.value` is `value`.
             self._take()
+            if self.tok.kind != "ident":
+                raise ParseError(f"expected a name after '.', found {self.tok.text or 'end'!r}", self.tok.start)
             return self.primary()
         if self._is("("):
             self._take()
@@ -278,11 +290,16 @@ class _Parser:
 def parse(src: str | list[Token]) -> Node:
     """Parse ``src`` (text or its tokens) into an AST.
 
-    Raise :class:`ParseError` if it is outside what the analyser understands.
+    Raise :class:`ParseError` if it is outside what the analyser understands. The parser
+    recurses only into brackets; callers bound their nesting first
+    (:func:`listeners.cost.check_tokens`).
     """
     if isinstance(src, str):
         try:
             src = tokenize(src)
         except LexError as exc:
             raise ParseError(str(exc), exc.position) from exc
-    return _Parser(src).parse()
+    try:
+        return _Parser(src).parse()
+    except RecursionError:
+        raise ParseError("nested too deeply to analyse", 0) from None

@@ -10,6 +10,10 @@ dominates the cost per change).
 Expressions see ``key`` (string), ``value`` (the entity map, or null), ``old`` (the previous
 map, or null), ``kind`` (``created``/``modified``/``removed``) and ``meta`` (``partition``,
 ``offset``, ``timestamp``, ``version``, ``type``). No Python code is ever evaluated.
+
+Expressions run for every change on the worker's poll thread, so their static cost is bounded
+at registration (:mod:`listeners.cost`): an expression over a limit is refused with the reason
+and the position; an accepted one carries its estimate as :attr:`CompiledExpr.cost`.
 """
 
 from __future__ import annotations
@@ -27,9 +31,19 @@ from fifolane.errors import ExpressionError
 from listeners._lexer import LexError, Token, tokenize
 from listeners._parser import ParseError, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
+from listeners.cost import (
+    LIMITS,
+    CostLimitError,
+    check_source,
+    check_tokens,
+    check_tree,
+    estimate,
+    estimate_unparsed,
+)
 from listeners.native import Comparison, NativeFn, filter_terms, native_converter, native_filter
 
 __all__ = [
+    "LIMITS",
     "VARIABLES",
     "CompiledExpr",
     "EvaluationError",
@@ -70,7 +84,7 @@ def _offset(src: str, line: int, column: int) -> int:
     return min(before + max(column - 1, 0), len(src))
 
 
-def _syntax_error(role: str, src: str, exc: Exception) -> ExpressionError:
+def _syntax_error(role: str, src: str, exc: BaseException) -> ExpressionError:
     text = str(exc)
     m = _POSITION.search(text)
     if m is None:
@@ -114,10 +128,12 @@ class CompiledExpr:
 
     ``variables``: the top-level names used. ``fields``: for ``value`` and ``old`` (if used),
     the set of top-level field names read, or ``None`` when the whole map is needed.
-    ``equality``: for filters, the indexable equality conjunct, if any.
+    ``equality``: for filters, the indexable equality conjunct, if any. ``cost``: the static
+    estimate of its evaluation steps (:func:`listeners.cost.estimate`; about 1 µs each),
+    at most ``LIMITS.max_cost``.
     """
 
-    __slots__ = ("comparisons", "equality", "fields", "native", "normalized", "program", "role",
+    __slots__ = ("comparisons", "cost", "equality", "fields", "native", "normalized", "program", "role",
                  "source", "variables")  # fmt: skip
 
     def __init__(
@@ -131,8 +147,10 @@ class CompiledExpr:
         normalized: str | None = None,
         native: NativeFn | None = None,
         comparisons: tuple[Comparison, ...] | None = None,
+        cost: int = 0,
     ) -> None:
         self.source = source
+        self.cost = cost
         self.role = role
         self.program = program
         self.normalized = normalized if normalized is not None else normalize(source)
@@ -200,6 +218,15 @@ def _unknown_name(
     )
 
 
+def _over_limit(role: str, src: str, exc: CostLimitError) -> ExpressionError:
+    return ExpressionError(
+        f"invalid {role}: {exc.reason}, at offset {exc.position}; {role}s run for every change, so "
+        f"their cost is bounded (docs/formats.md, \"Expression limits\")",
+        expression=src,
+        position=min(exc.position, len(src)),
+    )
+
+
 @functools.lru_cache(maxsize=8192)
 def _compile(src: str, role: str) -> CompiledExpr:
     # Cached: registrations repeat (spec validation, then the matcher; many listeners share a
@@ -209,26 +236,45 @@ def _compile(src: str, role: str) -> CompiledExpr:
             f"invalid {role}: the expression is empty", expression=str(src), position=0
         )
     try:
+        check_source(src)
+    except CostLimitError as exc:
+        raise _over_limit(role, src, exc) from None
+    try:
         program = cel.compile(src)
-    except Exception as exc:  # the binding raises ValueError for parse errors
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # ValueError for parse errors; a Rust panic is a BaseException
         raise _syntax_error(role, src, exc) from exc
     try:
         tokens: list[Token] | None = tokenize(src)
     except LexError:
         tokens = None
+    root = None
     try:
-        root = parse(tokens) if tokens is not None else None
-    except ParseError:
-        root = None
+        if tokens is not None:
+            check_tokens(tokens)  # before parsing: the parser recurses into brackets
+            try:
+                root = parse(tokens)
+            except ParseError:
+                root = None
+        if root is not None:
+            check_tree(root)  # before the recursive analyses below
+    except CostLimitError as exc:
+        raise _over_limit(role, src, exc) from None
     normalized = normalize(src, tokens)
     if root is None:
         # Our analyser does not know this construct: trust the library's variable list and
         # need everything. Comprehension variables cannot be told apart here, so the unknown
-        # variable check is skipped rather than refusing a valid expression.
+        # variable check is skipped rather than refusing a valid expression. The cost bound
+        # is the conservative one (every comprehension nested in every other).
+        try:
+            cost = estimate_unparsed(src)
+        except CostLimitError as exc:
+            raise _over_limit(role, src, exc) from None
         lib_vars = frozenset(program.variables())
         used = frozenset(v for v in lib_vars if v in VARIABLES)
         fields: dict[str, frozenset[str] | None] = {v: None for v in ("value", "old") if v in used}
-        return CompiledExpr(src, role, program, used, fields, normalized=normalized)
+        return CompiledExpr(src, role, program, used, fields, normalized=normalized, cost=cost)
 
     info, eq = analyse(src, root)
     for name, pos in sorted(info.variables.items(), key=lambda kv: kv[1]):
@@ -253,6 +299,10 @@ def _compile(src: str, role: str) -> CompiledExpr:
             expression=src,
             position=root.start,
         )
+    try:
+        cost = estimate(root)
+    except CostLimitError as exc:
+        raise _over_limit(role, src, exc) from None
     fields = {
         var: (None if WHOLE in names else frozenset(names)) for var, names in info.fields.items()
     }
@@ -260,7 +310,7 @@ def _compile(src: str, role: str) -> CompiledExpr:
     native = native_filter(root) if role == "filter" else native_converter(root)
     comparisons = filter_terms(root) if role == "filter" and native is not None else None
     return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized,
-                        native, comparisons)  # fmt: skip
+                        native, comparisons, cost)  # fmt: skip
 
 
 def _equality(eq: EqualityConjunct) -> Equality | None:

@@ -6,7 +6,14 @@ Records, by key:
 - ``<name>/snapshot/<partition>``: include-current-state progress of one source partition
   (:class:`Progress`), written by the partition's owner *in the same Kafka transaction* as the
   snapshot notifications it covers, so a new owner resumes exactly where the committed
-  notifications end. Names cannot contain ``/``, so the two kinds of keys never clash.
+  notifications end.
+- ``<name>/status/<worker>``: what a worker did with the listener (:class:`ListenerStatus`,
+  e.g. suspended it, with the reason); a tombstone clears it.
+
+Names cannot contain ``/``, so the kinds of keys never clash (:mod:`listeners.registry_records`).
+Any record may come from another client or be written by hand: a registration that cannot be
+parsed is kept as *invalid* (shown, removable), a bad progress or status record is ignored with
+a warning. Reading the registry never raises for a record's content.
 
 Clients (the CLI, the demo, :class:`listeners.client.ListenerClient`) use :func:`register`,
 :func:`remove`, :func:`renew`, :func:`list_listeners`, :func:`get_listener`. Workers follow the
@@ -15,89 +22,56 @@ topic with :class:`listeners.follower.RegistryFollower`.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from fifolane.config import Settings
-from fifolane.errors import ExpressionError, ListenerError
+from fifolane.errors import ListenerError
+from fifolane.produce import DEFAULT_DELIVERY_TIMEOUT_S
 from fifolane.topics import create_topic
-from listeners.follower import RegistryRecord, registry_consumer
+from listeners.follower import registry_consumer
 from listeners.model import ListenerSpec
+from listeners.registry_records import (
+    ListenerStatus,
+    Progress,
+    RegistryRecordError,
+    parse_progress_key,
+    parse_status_key,
+    progress_key,
+    status_key,
+)
+from listeners.registry_state import RegistryRecord, RegistryState
 
 __all__ = [
+    "ListenerStatus",
     "Progress",
     "RegistryRecord",
+    "RegistryRecordError",
     "RegistryState",
     "ensure_output_topic",
     "ensure_registry_topic",
     "get_listener",
     "list_listeners",
     "parse_progress_key",
+    "parse_status_key",
     "progress_key",
     "read_registry",
     "register",
     "remove",
     "renew",
     "same_definition",
+    "status_key",
 ]
 
 log = logging.getLogger(__name__)
 
-_SNAPSHOT = "/snapshot/"
 #: Fields that define what a listener delivers (not its lease bookkeeping).
 _DEFINITION = ("filter", "convert", "kinds", "include_current_state", "output_topic", "type",
                "lease")  # fmt: skip
-
-
-def progress_key(name: str, partition: int) -> str:
-    """Registry key of the snapshot progress of ``name`` on ``partition``."""
-    return f"{name}{_SNAPSHOT}{partition}"
-
-
-def parse_progress_key(key: str) -> tuple[str, int] | None:
-    """``(name, partition)`` of a progress key; None for a registration key."""
-    name, sep, part = key.partition(_SNAPSHOT)
-    if not sep or not part.isdigit():
-        return None
-    return name, int(part)
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """Include-current-state progress of one listener instance on one source partition.
-
-    ``cursor`` is the last entity key (state-topic key bytes) already announced; keys sort
-    bytewise, as in RocksDB. ``instance`` is the registration's ``created_at``: a listener
-    removed and registered again under the same name gets a new snapshot.
-    """
-
-    listener: str
-    partition: int
-    instance: str
-    cursor: bytes | None = None
-    done: bool = False
-    sent: int = 0
-
-    def to_json(self) -> bytes:
-        return json.dumps({
-            "listener": self.listener, "partition": self.partition, "instance": self.instance,
-            "cursor": None if self.cursor is None else self.cursor.hex(), "done": self.done,
-            "sent": self.sent,
-        }, separators=(",", ":")).encode()  # fmt: skip
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> Progress:
-        d = json.loads(raw)
-        cursor = d.get("cursor")
-        return cls(str(d["listener"]), int(d["partition"]), str(d["instance"]),
-                   None if cursor is None else bytes.fromhex(cursor), bool(d.get("done")),
-                   int(d.get("sent", 0)))  # fmt: skip
 
 
 def same_definition(a: ListenerSpec, b: ListenerSpec) -> bool:
@@ -134,32 +108,6 @@ def ensure_output_topic(settings: Settings, topic: str) -> int:
 
 
 # -- reading -------------------------------------------------------------------------------
-
-@dataclass
-class RegistryState:
-    """The registry folded to its latest records."""
-
-    listeners: dict[str, ListenerSpec] = field(default_factory=dict)
-    progress: dict[tuple[str, int], Progress] = field(default_factory=dict)
-    invalid: dict[str, str] = field(default_factory=dict)  # name -> error
-
-    def apply(self, rec: RegistryRecord) -> None:
-        """Fold one record in (later records win)."""
-        pk = parse_progress_key(rec.key)
-        if pk is not None:
-            if rec.value is None:
-                self.progress.pop(pk, None)
-            else:
-                self.progress[pk] = Progress.from_json(rec.value)
-            return
-        self.listeners.pop(rec.key, None)
-        self.invalid.pop(rec.key, None)
-        if rec.value is None:
-            return
-        try:
-            self.listeners[rec.key] = ListenerSpec.from_json(rec.value)
-        except (ListenerError, ExpressionError, TypeError, ValueError) as exc:
-            self.invalid[rec.key] = str(exc)
 
 
 def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
@@ -205,9 +153,15 @@ def list_listeners(settings: Settings) -> list[ListenerSpec]:
 
 
 def get_listener(settings: Settings, name: str) -> ListenerSpec:
-    """One registration; :class:`ListenerError` if there is none with that name."""
-    spec = read_registry(settings).listeners.get(name)
+    """One registration; :class:`ListenerError` if there is no valid one with that name."""
+    state = read_registry(settings)
+    spec = state.listeners.get(name)
     if spec is None:
+        if name in state.invalid:
+            raise ListenerError(
+                f"listener {name!r} is registered but invalid: {state.invalid[name]}; "
+                f"remove it with `fifolane listeners remove {name}` and register it again"
+            )
         raise ListenerError(f"unknown listener {name!r}: see `fifolane listeners list`")
     return spec
 
@@ -220,13 +174,17 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
         if err is not None:
             errors.append(str(err))
 
-    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all"}))
+    # Retried as long as `fifolane produce` does (longer than a leader election), and waited for.
+    timeout_s = DEFAULT_DELIVERY_TIMEOUT_S
+    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all",
+                                                 "delivery.timeout.ms": int(timeout_s * 1000)}))  # fmt: skip
     producer.produce(settings.registry_topic, value, key.encode(), on_delivery=on_delivery)
-    left = producer.flush(30)
+    left = producer.flush(timeout_s + 10)
     if left or errors:
         raise ListenerError(
             f"writing {key!r} to the registry {settings.registry_topic!r} failed: "
-            f"{errors[0] if errors else 'not delivered within 30s'}"
+            f"{errors[0] if errors else f'not delivered within {timeout_s + 10:.0f}s'}; check the "
+            f"cluster (`fifolane kafka status`) and try again"
         )
 
 

@@ -16,32 +16,34 @@ tombstone could land after the user registered the same name again, and delete t
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from fifolane.errors import ExpressionError, ListenerError
 from listeners.follower import RegistryRecord
 from listeners.model import ListenerSpec
-from listeners.registry import Progress, parse_progress_key
+from listeners.registry_records import (
+    ListenerStatus,
+    Progress,
+    RegistryRecordError,
+    parse_progress_key,
+    parse_status_key,
+    status_key,
+)
 
 __all__ = ["Housekeeper", "RegistryView", "status_record"]
 
 log = logging.getLogger(__name__)
 
-_STATUS = "/status/"
 Produce = Callable[..., None]
 
 
 def status_record(name: str, worker: str, state: str, reason: str, instance: str) -> tuple[bytes, bytes]:
-    """Key and value of a ``<name>/status/<worker>`` record."""
-    value = json.dumps({"listener": name, "worker": worker, "state": state, "reason": reason[:2000],
-                        "instance": instance, "at": datetime.now(UTC).isoformat()},
-                       separators=(",", ":")).encode()
-    return f"{name}{_STATUS}{worker}".encode(), value
+    """Key and value of a ``<name>/status/<worker>`` record (:class:`ListenerStatus`)."""
+    status = ListenerStatus(name, worker, state, reason[:2000], instance, datetime.now(UTC))
+    return status_key(name, worker).encode(), status.to_json()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +75,9 @@ class RegistryView:
             if pk is not None:
                 self._progress(pk, _progress(rec))
                 continue
-            name, sep, _worker = rec.key.partition(_STATUS)
-            if sep:
-                self._status(name, rec)
+            sk = parse_status_key(rec.key)
+            if sk is not None:
+                self._status(sk[0], rec)
                 continue
             latest.pop(rec.key, None)  # keep registry order of the last records
             latest[rec.key] = rec
@@ -85,21 +87,28 @@ class RegistryView:
             if rec.value is None:
                 continue
             try:
-                self.specs[name] = ListenerSpec.from_json(rec.value)
+                spec = ListenerSpec.from_json(rec.value)
+                if spec.name != name:
+                    raise ListenerError(f"the registration's name {spec.name!r} differs from its "
+                                        f"record key {name!r}")
             except (ListenerError, ExpressionError) as exc:
                 self.invalid[name] = Invalid(rec, str(exc))
                 log.warning("invalid listener registration %r: %s", name, exc)
+            else:
+                self.specs[name] = spec
         return list(latest)
 
     def _status(self, name: str, rec: RegistryRecord) -> None:
         if rec.value is None:
             return
         try:
-            body: Any = json.loads(rec.value)
-            if body.get("state") == "invalid" and str(body.get("instance", "")).startswith("offset:"):
-                self.dead_lettered.setdefault(name, set()).add(int(str(body["instance"])[7:]))
-        except (ValueError, TypeError, AttributeError):
-            log.warning("ignoring a malformed status record %r", rec.key)
+            status = ListenerStatus.from_json(rec.value)
+        except RegistryRecordError as exc:
+            log.warning("ignoring a malformed status record %r: %s", rec.key, exc)
+            return
+        marker = status.instance
+        if status.state == "invalid" and marker.startswith("offset:") and marker[7:].isdigit():
+            self.dead_lettered.setdefault(name, set()).add(int(marker[7:]))
 
 
 def _progress(rec: RegistryRecord) -> Progress | None:
@@ -107,7 +116,7 @@ def _progress(rec: RegistryRecord) -> Progress | None:
         return None
     try:
         return Progress.from_json(rec.value)
-    except (ValueError, KeyError, TypeError) as exc:
+    except RegistryRecordError as exc:
         log.warning("ignoring bad progress record %r: %s", rec.key, exc)
         return None
 

@@ -31,7 +31,8 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
-    lines = [f"error: invalid {what}: {exc}"]
+    text = str(exc)  # compile errors already start with "invalid filter/converter"
+    lines = [f"error: {text}" if text.startswith(f"invalid {what}") else f"error: invalid {what}: {text}"]
     if exc.expression:
         lines.append(f"  {exc.expression}")
         if exc.position is not None:
@@ -77,21 +78,48 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
     click.echo(f"listener {name!r} {state}; output topic {done.topic(_settings())}")
 
 
+def _state(spec: Any, suspensions: list[Any], now: datetime) -> str:
+    """The state column: active, expired, suspended on N worker(s)."""
+    if suspensions:
+        return f"suspended on {len(suspensions)} worker(s)"
+    return "expired" if spec.is_expired(now) else "active"
+
+
+def _suspensions(suspensions: list[Any]) -> list[dict[str, str]]:
+    return [{"worker": s.worker, "since": s.at.isoformat(), "reason": s.reason} for s in suspensions]
+
+
 def _row(d: dict[str, Any]) -> str:
     exp = d["expires_at"] or "never"
-    return f"{d['name']:<24} {d['filter']:<40} kinds={','.join(d['kinds'])} expires={exp}"
+    return (f"{d['name']:<24} {d['state']:<24} {d['filter']:<40} kinds={','.join(d['kinds'])} "
+            f"expires={exp}")  # fmt: skip
+
+
+def _invalid_row(name: str, error: str) -> str:
+    return f"{name:<24} {'invalid':<24} {error}"
 
 
 @listeners.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def list_(as_json: bool) -> None:
-    """List registered listeners (with their lease expiry)."""
-    from listeners.registry import list_listeners
+    """List registered listeners: state (active, expired, suspended on N workers, invalid),
+    filter, kinds and lease expiry. Invalid registrations are listed with their error."""
+    from listeners.registry import read_registry
 
+    state = read_registry(_settings())
+    status = state.status
     now = datetime.now(UTC)
-    for spec in list_listeners(_settings()):
+    for name in sorted(state.listeners.keys() | state.invalid.keys()):
+        if name in state.invalid:
+            error = state.invalid[name]
+            click.echo(json.dumps({"name": name, "state": "invalid", "error": error}, sort_keys=True)
+                       if as_json else _invalid_row(name, error))  # fmt: skip
+            continue
+        spec = state.listeners[name]
         d = spec.to_dict()
         d["expired"] = spec.is_expired(now)
+        d["state"] = _state(spec, status.get(name, []), now)
+        d["suspended"] = _suspensions(status.get(name, []))
         click.echo(json.dumps(d, sort_keys=True) if as_json else _row(d))
 
 
@@ -99,33 +127,55 @@ def list_(as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def describe(name: str, as_json: bool) -> None:
-    """Show one listener's registration."""
-    from listeners.registry import get_listener
+    """Show one listener's registration, its state and every worker's suspension of it.
+
+    Exit code 1 if the registration is invalid (its error is shown), 2 if there is none.
+    """
+    from listeners.registry import read_registry
 
     settings = _settings()
-    try:
-        spec = get_listener(settings, name)
-    except ListenerError as exc:
-        _fail(f"error: {exc}")
+    state = read_registry(settings)
+    if name in state.invalid:
+        d: dict[str, Any] = {"name": name, "state": "invalid", "error": state.invalid[name],
+                             "fix": f"fifolane listeners remove {name}, then add it again"}  # fmt: skip
+        click.echo(json.dumps(d, sort_keys=True) if as_json
+                   else "\n".join(f"{k:<22} {d[k]}" for k in ("name", "state", "error", "fix")))  # fmt: skip
+        sys.exit(1)
+    spec = state.listeners.get(name)
+    if spec is None:
+        _fail(f"error: unknown listener {name!r}: see `fifolane listeners list`")
+    suspensions = state.status.get(name, [])
+    now = datetime.now(UTC)
     d = spec.to_dict()
     d["output_topic"] = spec.topic(settings)
-    d["expired"] = spec.is_expired()
+    d["expired"] = spec.is_expired(now)
+    d["state"] = _state(spec, suspensions, now)
+    d["suspended"] = _suspensions(suspensions)
     if as_json:
         click.echo(json.dumps(d, sort_keys=True))
-    else:
-        for k in sorted(d):
+        return
+    for k in sorted(d):
+        if k != "suspended":
             click.echo(f"{k:<22} {d[k]}")
+    for s in d["suspended"]:
+        click.echo(f"{'suspended':<22} worker={s['worker']} since={s['since']} reason: {s['reason']}")
 
 
 @listeners.command("remove")
 @click.argument("name")
 def remove_(name: str) -> None:
-    """Remove listener NAME (workers stop delivering within about one checkpoint)."""
-    from listeners.registry import remove
+    """Remove listener NAME (workers stop delivering within about one checkpoint).
 
-    if not remove(_settings(), name):
+    Invalid registrations are removed the same way.
+    """
+    from listeners.registry import read_registry, remove
+
+    settings = _settings()
+    error = read_registry(settings).invalid.get(name)
+    if not remove(settings, name):
         _fail(f"error: unknown listener {name!r}")
-    click.echo(f"listener {name!r} removed")
+    note = f" (it was an invalid registration: {error})" if error is not None else ""
+    click.echo(f"listener {name!r} removed{note}")
 
 
 @click.command()

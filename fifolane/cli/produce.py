@@ -22,22 +22,24 @@ __all__ = ["produce"]
 _PROGRESS_MIN_BYTES = 256 * 1024
 
 
-def _with_progress(fh: IO[str], total: int, stack: ExitStack) -> tuple[Iterator[str], Console]:
-    """Lines of ``fh``, advancing a rich progress bar (on stderr) by their size."""
+def _with_progress(fh: IO[bytes], total: int | None, stack: ExitStack) -> tuple[Iterator[bytes], Console]:
+    """Lines of ``fh``, advancing a rich progress bar (on stderr) by their size.
+
+    ``total`` None (stdin): no bar, a running count of bytes read.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     console = Console(stderr=True)
-    progress = stack.enter_context(Progress(
-        TextColumn("producing"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=console, transient=True,
-    ))
+    columns = [TextColumn("producing"), BarColumn(), DownloadColumn(), TimeRemainingColumn()] if total \
+        else [TextColumn("producing"), DownloadColumn()]
+    progress = stack.enter_context(Progress(*columns, console=console, transient=True))
     task = progress.add_task("produce", total=total)
 
-    def lines() -> Iterator[str]:
+    def lines() -> Iterator[bytes]:
         for line in fh:
             yield line
-            progress.advance(task, len(line.encode()))
+            progress.advance(task, len(line))
 
     return lines(), console
 
@@ -50,8 +52,10 @@ def produce(type_name: str, file: str, source: str | None) -> None:
     """Send the JSON-lines events of FILE (or stdin) as TYPE events to the input topic.
 
     One event per line: the type's fields, plus "op": "upsert" (default) or "delete"
-    (a delete needs only the key, group and version fields). Invalid lines are reported
-    with their line number and skipped; the exit code is 1 if any line failed.
+    (a delete needs only the key, group and version fields). A line that cannot be sent
+    (invalid UTF-8 or JSON, not valid for the schema, too large for the producer) or that
+    the brokers did not acknowledge is reported as "FILE: line N: reason" on stderr; the
+    other lines are sent. The exit code is 1 if any line was not sent or not delivered.
     """
     from fifolane.produce import EventProducer
     from fifolane.serde import SchemaCatalog
@@ -66,21 +70,21 @@ def produce(type_name: str, file: str, source: str | None) -> None:
 
     with ExitStack() as stack:
         if file == "-":
-            fh: IO[str] = sys.stdin
+            fh: IO[bytes] = sys.stdin.buffer
         else:
             try:
-                fh = stack.enter_context(Path(file).open(encoding="utf-8"))
+                fh = stack.enter_context(Path(file).open("rb"))  # lines are decoded one by one
             except OSError as exc:
                 raise click.FileError(file, hint=exc.strerror or str(exc)) from None
-        lines: Iterator[str] = iter(fh)
+        lines: Iterator[bytes] = iter(fh)
         console: Console | None = None
-        if file != "-" and sys.stderr.isatty():
-            size = Path(file).stat().st_size
-            if size >= _PROGRESS_MIN_BYTES:
+        if sys.stderr.isatty():
+            size = None if file == "-" else Path(file).stat().st_size
+            if size is None or size >= _PROGRESS_MIN_BYTES:
                 lines, console = _with_progress(fh, size, stack)
 
         def on_error(line_no: int, reason: str) -> None:
-            message = f"{name}:{line_no}: {reason}"
+            message = f"{name}: line {line_no}: {reason}"
             if console is not None:
                 console.print(message, markup=False, highlight=False)  # above the progress bar
             else:
@@ -89,13 +93,11 @@ def produce(type_name: str, file: str, source: str | None) -> None:
         producer = stack.enter_context(EventProducer(settings, catalog, source))
         report = producer.produce_lines(lines, type_name, on_error=on_error)
 
-    for error in report.delivery_errors:
-        click.echo(f"delivery failed: {error}", err=True)
     summary = f"sent {report.sent} {type_name} event(s) to {settings.input_topic} (source {producer.source})"
     if report.failed:
-        summary += f"; {len(report.failed)} line(s) failed and were not sent"
-    if report.delivery_errors:
-        summary += f"; {len(report.delivery_errors)} delivery failure(s)"
+        summary += f"; {len(report.failed)} line(s) skipped, not sent (reported above)"
+    if report.undelivered:
+        summary += f"; {len(report.undelivered)} line(s) not delivered (reported above)"
     click.echo(summary, err=True)
     if not report.ok:
         sys.exit(1)

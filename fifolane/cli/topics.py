@@ -7,7 +7,13 @@ from rich.console import Console
 from rich.table import Table
 
 from fifolane.config import load_settings
-from fifolane.topics import DEFAULT_HISTORY_WINDOW_MS, describe_topics, ensure_topics, role_names
+from fifolane.topics import (
+    DEFAULT_HISTORY_WINDOW_MS,
+    broker_count,
+    describe_topics,
+    ensure_topics,
+    role_names,
+)
 
 __all__ = ["topics"]
 
@@ -21,7 +27,7 @@ def topics() -> None:
 @click.option("--partitions", type=click.IntRange(min=1), default=None,
               help="Input partitions (default: the existing input topic's, else FIFOLANE_PARTITIONS).")
 @click.option("--replication-factor", type=click.IntRange(min=-1), default=None,
-              help="Default: FIFOLANE_REPLICATION_FACTOR; -1 = the brokers' default.replication.factor.")
+              help="Default: FIFOLANE_REPLICATION_FACTOR, else -1 = the brokers' default.replication.factor.")
 @click.option("--history-window", "history_window_ms", type=click.IntRange(min=0),
               default=DEFAULT_HISTORY_WINDOW_MS, show_default=True,
               help="State topic min.compaction.lag.ms: how far back 'as of' views can reach.")
@@ -30,13 +36,25 @@ def create(partitions: int | None, replication_factor: int | None, history_windo
     """Create the missing role topics; refuse existing ones with a wrong config (idempotent)."""
     if replication_factor == 0:
         raise click.BadParameter("must be >= 1, or -1 for the brokers' default", param_hint="--replication-factor")
+    settings = load_settings()
     states = ensure_topics(
-        load_settings(), partitions, replication_factor, history_window_ms=history_window_ms, timeout=timeout
+        settings, partitions, replication_factor, history_window_ms=history_window_ms, timeout=timeout
     )
+    asked = settings.replication_factor if replication_factor is None else replication_factor
+    origin = " (the brokers' default.replication.factor)" if asked == -1 else ""
     for role, state in states.items():
         verb = "created" if state.created else "exists "
+        why = origin if state.created else ""
         click.echo(f"{verb} {role:<16} {state.name} ({state.partitions} partitions, "
-                   f"replication {state.replication_factor})")
+                   f"replication {state.replication_factor}{why})")
+    brokers = broker_count(settings, timeout=timeout)
+    thin = sorted(s.name for s in states.values() if s.replication_factor < min(brokers, 3))
+    if thin:
+        click.echo(
+            f"warning: {', '.join(thin)} have fewer replicas than the {brokers} brokers allow: losing "
+            f"one broker makes their partitions unavailable; recreate them with a higher "
+            f"--replication-factor (or -1 for the brokers' default)", err=True,
+        )
 
 
 @topics.command()

@@ -219,7 +219,7 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
                 for key, value, _reason in malformed(valid):
                     p.send_raw(key, value)
                     produced += 1
-                if p.flush(60):
+                if p.flush():
                     raise FifolaneError(f"{len(p.delivery_errors)} events were not delivered")
         except BaseException as exc:  # reported on the main thread
             errors.append(exc)

@@ -76,9 +76,9 @@ def events_file(tmp_path: Path) -> Path:
 def test_produce_single_object(settings: Settings, topics: Any, events_file: Path) -> None:
     result = _run_produce(settings, events_file)
     assert result.returncode == 1, result.stderr
-    assert f"{events_file}:2: field 'seats': expected int, got 'two'" in result.stderr
+    assert f"{events_file}: line 2: field 'seats': expected int, got 'two'" in result.stderr
     assert "sent 3 reservation event(s)" in result.stderr
-    assert "1 line(s) failed and were not sent" in result.stderr
+    assert "1 line(s) skipped, not sent" in result.stderr
     records = consume_all(settings, settings.input_topic)
     assert len(records) == 3
     _check_records(records, SingleObjectCodec(SchemaCatalog.load()).decode)
@@ -105,3 +105,45 @@ def test_produce_all_valid_exits_zero_and_restart_jumps(settings: Settings, topi
         assert result.returncode == 0, result.stderr
     seqs = sorted(int(dict(m.headers())["fifolane.seq"]) for m in consume_all(settings, settings.input_topic))
     assert seqs == [0, 1_000_000]
+
+
+def test_produce_skips_every_kind_of_bad_line(settings: Settings, topics: Any, tmp_path: Path) -> None:
+    """Each bad line is reported as `line N: ...` and skipped; the good lines around it are sent."""
+    def good(n: int, op: str = "upsert") -> bytes:
+        record = {**LINES[0], "reservation_id": f"R-{n}", "version": n}
+        if op == "delete":
+            record = {"reservation_id": f"R-{n}", "flight_number": "LX1", "version": n, "op": "delete"}
+        return json.dumps(record).encode()
+
+    lines = [
+        good(1),
+        b'{"reservation_id": "R-2",',                                   # 2 invalid JSON
+        good(3),
+        b"[" * 50_000 + b"]" * 50_000,                                   # 4 RecursionError
+        good(5),
+        json.dumps({**LINES[1], "reservation_id": "R-6"}).encode(),      # 6 seats "two"
+        json.dumps({**LINES[0], "reservation_id": "R-7", "customer_id": "x" * 1_100_000}).encode(),  # 7 > 1 MB
+        b'{"reservation_id": "R-8\xe9"}',                               # 8 latin-1, not UTF-8
+        good(9, "delete"),
+        b"",                                                             # blank: ignored
+        good(11),
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    result = _run_produce(settings, path)
+    assert result.returncode == 1, result.stderr
+    reported = sorted(int(line.split(": line ")[1].split(":")[0]) for line in result.stderr.splitlines()
+                      if line.startswith(f"{path}: line "))
+    assert reported == [2, 4, 6, 7, 8]
+    assert f"{path}: line 2: invalid JSON: " in result.stderr
+    assert f"{path}: line 4: invalid JSON: nested too deeply" in result.stderr
+    assert f"{path}: line 6: field 'seats': expected int, got 'two'" in result.stderr
+    assert f"{path}: line 7: the encoded record is about 1,100," in result.stderr
+    assert "over the producer's message.max.bytes (1,000,000)" in result.stderr
+    assert f"{path}: line 8: not valid UTF-8 (byte 24 of the line)" in result.stderr
+    assert "sent 5 reservation event(s)" in result.stderr and "5 line(s) skipped, not sent" in result.stderr
+    decode = SingleObjectCodec(SchemaCatalog.load()).decode
+    got = sorted((d.key, d.version, d.is_delete) for d in (decode(m.value())
+                 for m in consume_all(settings, settings.input_topic)))
+    assert got == [("R-1", 1, False), ("R-11", 11, False), ("R-3", 3, False), ("R-5", 5, False),
+                   ("R-9", 9, True)]

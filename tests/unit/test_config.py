@@ -154,3 +154,19 @@ def test_secret_is_not_leaked_in_repr() -> None:
 def test_settings_class_is_the_one_model() -> None:
     # Every field maps to one FIFOLANE_<FIELD> env name; compose and docs rely on that.
     assert {"bootstrap_servers", "input_topic", "state_topic", "home"} <= set(Settings.model_fields)
+
+
+def test_replication_factor_defaults_to_the_brokers_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().replication_factor == -1  # -1 = the brokers' default.replication.factor
+    monkeypatch.setenv("FIFOLANE_REPLICATION_FACTOR", "3")
+    assert load_settings().replication_factor == 3
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_replication_factor_zero_or_below_minus_one_is_refused(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FIFOLANE_REPLICATION_FACTOR", value)
+    with pytest.raises(ConfigError, match=rf"replication_factor must be >= 1, or -1 for the brokers' "
+                                          rf"default.replication.factor; got {value}"):
+        load_settings()
