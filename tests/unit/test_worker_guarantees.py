@@ -1,0 +1,179 @@
+"""The worker's guarantees under client failures, without a broker (fake Kafka clients).
+
+Each test stands for an item of issue #12; the same behaviours are shown against real Kafka
+in tests/integration and tests/faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from fake_kafka import FakeClients, FakeMsg
+from kafka_fixtures import wait_until
+
+from fifolane.config import Settings
+from fifolane.errors import (
+    KafkaRetriableError,
+    ProducerFatalError,
+    ProducerFencedError,
+    TransactionAbortedError,
+)
+from fifolane.serde import SchemaCatalog, make_codec
+from services.worker.app import App, Event, GroupState
+from services.worker.options import WorkerOptions
+from services.worker.runtime import Worker
+
+CATALOG = SchemaCatalog.load()
+CODEC = make_codec(Settings(), CATALOG)
+
+
+def _res(rid: str, flight: str, version: int) -> dict[str, Any]:
+    return {"reservation_id": rid, "flight_number": flight, "customer_id": "c1", "seats": 1,
+            "amount": 10.0, "state": "NEW", "version": version}
+
+
+def _msg(p: int, offset: int, rid: str, flight: str, version: int) -> FakeMsg:
+    return FakeMsg(p, offset, flight.encode(), CODEC.encode("reservation", _res(rid, flight, version)))
+
+
+def _worker(tmp_path: Path, app: App | None = None, **opts: Any) -> tuple[Worker, FakeClients]:
+    clients = FakeClients({("in", 0): 100, ("in", 1): 200})
+    settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
+                        directory_topic="dir")
+    w = Worker(settings, app, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state", **opts),
+               catalog=CATALOG, clients=clients)
+    w.connect()
+    clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1], timeout=10, message="restored")
+    clients.fake_consumer.seeks.clear()
+    return w, clients
+
+
+def _state(clients: FakeClients) -> list[tuple[bytes, int]]:
+    return [(k, CODEC.decode(v).version) for t, v, k, _p, _h in clients.fake_producer.records
+            if t == "state" and v is not None]
+
+
+def test_abort_mid_batch_rewinds_partitions_not_yet_in_the_transaction(tmp_path: Path) -> None:
+    """#12 item 4: the producer fails at the first record of a batch; records of partition 1
+    come later in that batch, so partition 1 has nothing in the transaction yet. Every
+    assigned partition goes back to its committed offset, and the replay applies all."""
+    w, clients = _worker(tmp_path)
+    batch = [_msg(0, 100, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1), _msg(1, 201, "R3", "F1", 1)]
+    clients.fake_producer.fail = TransactionAbortedError("queue in error state", code="_STATE", abortable=True)
+    w.take(batch)
+    assert w.stats.aborts == 1
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
+    assert all(not st.overlay for st in w.stores.stores.values())
+    w.take(batch)  # the replay
+    w.checkpoint()
+    assert sorted(_state(clients)) == [(b"reservation/R1", 1), (b"reservation/R2", 1), (b"reservation/R3", 1)]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 202)]
+
+
+@pytest.mark.parametrize("error", [
+    ProducerFencedError("INVALID_PRODUCER_EPOCH", code="INVALID_PRODUCER_EPOCH", fatal=True),
+    ProducerFatalError("INVALID_TXN_STATE", code="INVALID_TXN_STATE", fatal=True),
+], ids=["fenced-epoch", "fatal"])
+def test_fatal_producer_errors_get_a_new_producer_not_an_exit(tmp_path: Path, error: Exception) -> None:
+    """#12 item 4: a fatal producer error (INVALID_PRODUCER_EPOCH after a transaction timed
+    out on the coordinator, a fatal state after a failover) replaces the producer and
+    replays; the worker goes on."""
+    w, clients = _worker(tmp_path)
+    clients.fake_producer.fail = error  # type: ignore[assignment]
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    assert (w.stats.aborts, clients.fake_producer.renewals) == (1, 1)
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    w.checkpoint()
+    assert _state(clients) == [(b"reservation/R1", 1)]
+
+
+def test_commit_that_timed_out_here_but_committed_there_is_kept(tmp_path: Path) -> None:
+    """Suspected in #12: a commit whose reply was lost. The committed offsets show it went
+    through: its state is kept and nothing is replayed (which would duplicate outputs)."""
+    w, clients = _worker(tmp_path)
+    w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F0", 1)])
+    lost = KafkaRetriableError("commit_transaction: timed out", code="_TIMED_OUT", retriable=True)
+
+    def commit(timeout: float) -> None:
+        clients.fake_consumer._committed[("in", 0)] = 102  # the broker did commit  # noqa: SLF001
+        raise lost
+
+    clients.fake_producer.commit = commit  # type: ignore[method-assign]
+    w.checkpoint()
+    assert clients.fake_consumer.seeks == []  # no replay
+    assert w.stores.stores[0].get(b"reservation/R2") is not None  # persisted
+    assert not w.stores.stores[0].overlay
+    assert w.ckpt is not None and w.ckpt.sources["in"].base == {0: 102, 1: 200}
+
+
+def test_every_transaction_carries_the_offsets_of_every_partition(tmp_path: Path) -> None:
+    """Suspected in #12: a transaction that consumed nothing (listener snapshots,
+    housekeeping) would skip the group's fencing of a zombie. Each one sends the offsets of
+    all assigned partitions."""
+    w, clients = _worker(tmp_path)
+    assert w.ckpt is not None
+    w.ckpt.produce("some.topic", b"v", b"k")  # what a change sink does at a safe point
+    w.checkpoint()
+    assert clients.fake_producer.offsets == [[("in", 0, 100), ("in", 1, 200)]]
+
+
+def test_group_too_long_and_bad_versions_are_dead_lettered(tmp_path: Path) -> None:
+    """#12 item 5: row packing limits are checked at ingest (fast and general path), and in
+    app-handler results, before anything is applied."""
+    app = App("deletes")
+
+    @app.handler("flight")
+    def huge_delete(event: Event, state: GroupState) -> None:
+        state.delete("reservation", "R9", 2**70)
+
+    w, clients = _worker(tmp_path, app)
+    long_group = "G" * 70_000
+    rec = _res("R1", long_group, 1)
+    flight = {"flight_number": "F1", "origin": "FRA", "destination": "JFK",
+              "departure": __import__("datetime").date(2026, 1, 1), "capacity": 3, "version": 1}
+    w.take([FakeMsg(0, 100, long_group.encode(), CODEC.encode("reservation", rec)),
+            FakeMsg(0, 101, b"F1", CODEC.encode("flight", flight)),
+            _msg(1, 200, "R2", "F1", 1)])
+    w.drain()
+    assert dict(w.stats.dead_letter_reasons) == {"group-too-long": 1, "bad-version": 1}
+    assert (w.stats.processed, w.stats.dead_lettered) == (1, 2)
+    assert _state(clients) == [(b"reservation/R2", 1)]
+
+
+@pytest.mark.parametrize("raise_", [SystemExit, KeyboardInterrupt, asyncio.CancelledError])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_handler_raising_base_exceptions_is_a_handler_failure(tmp_path: Path, raise_: type[BaseException],
+                                                              is_async: bool) -> None:
+    """#12 item 12: SystemExit, KeyboardInterrupt or CancelledError from a handler is retried
+    and then dead-lettered; the drain ends and the other events are applied."""
+    app = App("bad")
+    calls: list[str] = []
+
+    def body(event: Event, state: GroupState) -> None:
+        calls.append(event.key)
+        if event.key == "BAD":
+            raise raise_("from the handler")
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    if is_async:
+        @app.handler("reservation")
+        async def handler(event: Event, state: GroupState) -> None:
+            body(event, state)
+    else:
+        app.handler("reservation")(body)
+    w, clients = _worker(tmp_path, app, retries=2, retry_backoff=0.001)
+    w.take([_msg(0, 100, "BAD", "F0", 1), _msg(0, 101, "OK1", "F0", 1), _msg(1, 200, "OK2", "F1", 1)])
+    done = threading.Event()
+    threading.Thread(target=lambda: (w.drain(), done.set()), daemon=True).start()
+    assert done.wait(20), "the drain hangs"
+    assert calls.count("BAD") == 3  # the call and 2 retries
+    assert (w.stats.processed, w.stats.dead_lettered) == (2, 1)
+    assert dict(w.stats.dead_letter_reasons) == {"handler-error": 1}
+    w.calls.shutdown()
