@@ -98,6 +98,12 @@ class Settings(BaseSettings):
     partitions: int = Field(default=6, ge=1)
     replication_factor: int = Field(default=1, ge=1)
 
+    # --- Spark views --------------------------------------------------------------------
+    spark_master: str = Field(
+        default="local[*]",
+        description="Spark master URL of `fifolane views build` (local[*], spark://host:7077, ...).",
+    )
+
     # --- local files ------------------------------------------------------------------
     home: Path = Field(default=PROJECT_ROOT / ".fifolane", description="local cluster, caches, logs")
     schemas_dir: Path = PROJECT_ROOT / "schemas"
