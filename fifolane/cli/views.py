@@ -88,8 +88,9 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
     with console.status(f"starting Spark ({master})"):
         spark = get_session(master, "fifolane-views", home=settings.home)
     # soft_wrap: paths stay on one line (copyable, greppable), whatever the console width
-    console.print(f"Spark {spark.version} on {master}; Spark's log: {session_log(spark)}",
-                  soft_wrap=True)
+    log = session_log(spark)
+    console.print(f"Spark {spark.version} on {master}; Spark's log: "
+                  f"{log or 'none (its JVM was started outside fifolane)'}", soft_wrap=True)
     try:
         with SparkProgress(spark.sparkContext, console) as progress:
             report = build_views(
