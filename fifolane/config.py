@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         "brokers' default.replication.factor, so one setting fits 1 broker and 3.",
     )
 
+    # --- Spark views --------------------------------------------------------------------
+    spark_master: str = Field(
+        default="local[*]",
+        description="Spark master URL of `fifolane views build` (local[*], spark://host:7077, ...).",
+    )
+
     # --- local files ------------------------------------------------------------------
     home: Path = Field(default=PROJECT_ROOT / ".fifolane", description="local cluster, caches, logs")
     schemas_dir: Path = PROJECT_ROOT / "schemas"

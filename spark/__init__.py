@@ -4,7 +4,9 @@ Modules (import them directly; this package imports nothing so that ``import spa
 stays cheap):
 
 - :mod:`spark.session`   ``get_session(master, app_name)``: the one SparkSession factory
-- :mod:`spark.packages`  which Maven artifacts provide the Kafka source and ``from_avro``
+                         (JVM output to ``<home>/spark/logs``)
+- :mod:`spark.packages`  the pinned Spark version, its connector artifacts, the start-up check
+- :mod:`spark.progress`  live stages and tasks of a build (rich, from the StatusTracker)
 - :mod:`spark.read`      ``read_topic``, ``latest_per_key``, ``read_state``
 - :mod:`spark.wire`      the value header (single-object / Confluent) with built-in functions
 - :mod:`spark.decode`    ``resolve_writers``, ``decode_entities`` (per writer schema)

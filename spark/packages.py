@@ -1,82 +1,73 @@
-"""Which Maven artifacts give Spark its Kafka source and Avro functions.
+"""The one Spark version fifolane runs, and the Maven artifacts of its connectors.
 
-The connectors should match the pyspark version, but Maven Central can lag behind PyPI
-(pyspark 4.3.0 is on PyPI while Central has ``spark-sql-kafka-0-10`` up to 4.2.0 and
-``spark-avro`` up to 4.1.1). So each artifact resolves to the pyspark version when Central
-has it, else to the newest release of the same major version not newer than pyspark (the
-data-source APIs they use are stable within a major version; the test suite checks the
-pair end to end). The choice is remembered in ``<home>/spark/packages.json`` so later runs
-need no look-up; passing ``spark.jars.packages`` in ``conf`` overrides all of this.
+Spark's Kafka source (``spark-sql-kafka-0-10``) and Avro functions (``spark-avro``) are not
+in pyspark's wheel: they come from Maven Central through ``spark.jars.packages``. Spark
+supports a connector only at its own version, so fifolane pins one version for all three:
+``SPARK_VERSION`` is the newest release for which pyspark (PyPI) and both connectors
+(Maven Central, Scala 2.13) exist at the same number. On 2026-11-23 that is 4.1.1:
+Central has ``spark-sql-kafka-0-10_2.13`` up to 4.2.0 but ``spark-avro_2.13`` only up to
+4.1.1 (4.1.2, 4.1.3 and 4.2.0 are missing there), while PyPI has pyspark up to 4.3.0.
+
+The pin is kept in three places that must agree (``tests/unit/test_spark_packages.py``
+checks them): this module, the ``spark`` extra in ``pyproject.toml`` (``pyspark==``) and the
+``apache/spark`` image tag in ``docker-compose.yml``. :func:`check_versions` refuses to
+start Spark with another pyspark, or with connectors of another version, because the
+mix fails later with class or method errors that name neither.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import re
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
-import httpx
 import pyspark
 
-__all__ = ["CONNECTORS", "MAVEN_CENTRAL", "connector_packages", "pick_version"]
+from fifolane.errors import ConfigError
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "CONNECTORS",
+    "SCALA_VERSION",
+    "SPARK_VERSION",
+    "SparkVersionError",
+    "check_versions",
+    "connector_packages",
+]
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+#: The Spark release of pyspark, the connectors and the docker-compose Spark image.
+SPARK_VERSION = "4.1.1"
+SCALA_VERSION = "2.13"
 #: artifact ids (group ``org.apache.spark``) of the connectors the views need
-CONNECTORS: tuple[str, ...] = ("spark-sql-kafka-0-10_2.13", "spark-avro_2.13")
-_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+CONNECTORS: tuple[str, ...] = (f"spark-sql-kafka-0-10_{SCALA_VERSION}", f"spark-avro_{SCALA_VERSION}")
+_SPARK_GROUP = "org.apache.spark"
 
 
-def _parse(version: str) -> tuple[int, int, int] | None:
-    match = _RELEASE.match(version)
-    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+class SparkVersionError(ConfigError):
+    """The installed pyspark, or a requested connector, is not the pinned Spark version."""
 
 
-def pick_version(wanted: str, available: list[str]) -> str:
-    """``wanted`` if available, else the newest release of its major version below it.
-
-    Returns ``wanted`` when nothing fits, so that resolution fails loudly in ivy.
-    """
-    if wanted in available:
-        return wanted
-    target = _parse(wanted)
-    if target is None:
-        return wanted
-    candidates = [v for v in (_parse(a) for a in available) if v and v[0] == target[0] and v < target]
-    if not candidates:
-        return wanted
-    return ".".join(map(str, max(candidates)))
-
-
-def _available(artifact: str) -> list[str]:
-    url = f"{MAVEN_CENTRAL}/org/apache/spark/{artifact}/maven-metadata.xml"
-    response = httpx.get(url, timeout=20.0, follow_redirects=True)
-    response.raise_for_status()
-    return [v.text or "" for v in ET.fromstring(response.text).iter("version")]
-
-
-def connector_packages(home: Path) -> tuple[str, ...]:
+def connector_packages() -> tuple[str, ...]:
     """Maven coordinates (``group:artifact:version``) for ``spark.jars.packages``."""
-    wanted = pyspark.__version__
-    cache = home / "spark" / "packages.json"
-    try:
-        remembered = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        remembered = {}
-    chosen: dict[str, str] = remembered.get(wanted, {})
-    if set(chosen) != set(CONNECTORS):
-        chosen = {}
-        for artifact in CONNECTORS:
-            try:
-                chosen[artifact] = pick_version(wanted, _available(artifact))
-            except (httpx.HTTPError, ET.ParseError) as exc:
-                log.warning("cannot list %s versions on Maven Central (%s); trying %s", artifact, exc, wanted)
-                chosen[artifact] = wanted
-            if chosen[artifact] != wanted:
-                log.warning("%s %s is not on Maven Central; using %s", artifact, wanted, chosen[artifact])
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps({**remembered, wanted: chosen}, indent=2))
-    return tuple(f"org.apache.spark:{a}:{chosen[a]}" for a in CONNECTORS)
+    return tuple(f"{_SPARK_GROUP}:{artifact}:{SPARK_VERSION}" for artifact in CONNECTORS)
+
+
+def check_versions(packages: str | None = None, *, installed: str | None = None) -> None:
+    """Refuse a Spark set that no Spark release supports, before any JVM starts.
+
+    ``installed`` is the pyspark version (default: the imported one); ``packages`` the
+    ``spark.jars.packages`` value about to be used: every ``org.apache.spark`` artifact in
+    it must carry the installed pyspark's version.
+    """
+    installed = installed or pyspark.__version__
+    if installed != SPARK_VERSION:
+        raise SparkVersionError(
+            f"pyspark {installed} is installed, but fifolane's Spark connectors "
+            f"({', '.join(CONNECTORS)}) are pinned to Spark {SPARK_VERSION}, the newest release "
+            f"that has both on Maven Central; a mixed set is not supported by any Spark "
+            f"release. Install the pinned version: pip install 'pyspark=={SPARK_VERSION}' "
+            f"(or pip install -e '.[spark]')"
+        )
+    for coordinate in filter(None, (p.strip() for p in (packages or "").split(","))):
+        parts = coordinate.split(":")
+        if len(parts) >= 3 and parts[0] == _SPARK_GROUP and parts[-1] != installed:
+            raise SparkVersionError(
+                f"spark.jars.packages asks for {coordinate}, but pyspark is {installed}: "
+                f"Spark connectors only work with their own Spark version; "
+                f"use {_SPARK_GROUP}:{parts[1]}:{installed}"
+            )

@@ -1,6 +1,7 @@
 """``fifolane views``: build the Spark views of the state topic and show them.
 
     fifolane views build [--as-of TS [--allow-compacted]] [--out DIR] [--master URL]
+                         (--master defaults to FIFOLANE_SPARK_MASTER, else local[*])
     fifolane views show NAME [--out DIR] [--limit N]
 
 Spark is imported only when a command runs (the CLI root stays light).
@@ -49,12 +50,20 @@ def views() -> None:
 @click.option("--allow-compacted", is_flag=True,
               help="Build an --as-of view even outside the history window (may be incomplete).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder (default <home>/views).")
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: str) -> None:
-    """Read the state topic, build every view and write it as Parquet."""
+              help="Output folder (default <home>/views); on a cluster, one every executor sees.")
+@click.option("--master", default=None, metavar="URL",
+              help="Spark master URL: local[*], spark://host:7077, ... "
+                   "[default: FIFOLANE_SPARK_MASTER, else local[*]]")
+def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: str | None) -> None:
+    """Read the state topic, build every view and write it as Parquet.
+
+    Spark's own output (connector download report, log lines) goes to a log file under
+    <home>/spark/logs; its path is printed. On a terminal the running stages and their
+    tasks are shown as they progress.
+    """
     console = Console(stderr=True)
     settings = load_settings()
+    master = master or settings.spark_master
     out = _out_dir(settings, out)
     when = parse_as_of(as_of) if as_of else None
     if when is not None:
@@ -70,20 +79,31 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
 
     from fifolane.serde import SchemaCatalog
     from spark.job import build_views
-    from spark.session import get_session
+    from spark.progress import SparkProgress
+    from spark.session import get_session, session_log, spark_running
     from spark.summary import build_summary
 
     catalog = SchemaCatalog.load(settings.schemas_dir)
+    started = not spark_running()
     with console.status(f"starting Spark ({master})"):
         spark = get_session(master, "fifolane-views", home=settings.home)
-    report = build_views(
-        spark, settings, catalog, out, as_of=when, allow_compacted=allow_compacted,
-        step=console.status,
-    )
-    stdout = Console()
-    for table in build_summary(spark, out, report):
-        stdout.print(table)
-    stdout.print(f"views written to {out}")
+    # soft_wrap: paths stay on one line (copyable, greppable), whatever the console width
+    log = session_log(spark)
+    console.print(f"Spark {spark.version} on {master}; Spark's log: "
+                  f"{log or 'none (its JVM was started outside fifolane)'}", soft_wrap=True)
+    try:
+        with SparkProgress(spark.sparkContext, console) as progress:
+            report = build_views(
+                spark, settings, catalog, out, as_of=when, allow_compacted=allow_compacted,
+                step=progress.step,
+            )
+        stdout = Console()
+        for table in build_summary(spark, out, report):
+            stdout.print(table)
+        stdout.print(f"views written to {out}", soft_wrap=True)
+    finally:
+        if started:  # end the application cleanly (on a cluster: FINISHED, executors freed)
+            spark.stop()
 
 
 @views.command()
@@ -99,6 +119,7 @@ def show(name: str, out: Path | None, limit: int) -> None:
 
     settings = load_settings()
     out = _out_dir(settings, out)
+    # Reading a built view is small: a local session, whatever the build's master was.
     spark = get_session("local[*]", "fifolane-views-show", home=settings.home)
     df = read_view(spark, name, out)
     manifest = read_manifest(out) or {}

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
+from standalone import StandaloneCluster, start_standalone
 
 from fifolane.config import load_settings
 from fifolane.serde.catalog import SchemaCatalog
@@ -31,3 +32,14 @@ def spark() -> Iterator[SparkSession]:
 def catalog() -> SchemaCatalog:
     """The bundled schemas (current and history)."""
     return SchemaCatalog.load()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A Spark standalone cluster on 127.0.0.1: a master and two workers (1 core, 1 GiB
+    each), started once per session from pyspark's own launcher and stopped at the end."""
+    cluster = start_standalone(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -21,6 +21,8 @@ DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 # Compose-only interpolation variables (never passed into a container's environment).
 COMPOSE_ONLY_VARS = {"FIFOLANE_WORKERS"}
 KAFKA_SERVICES = {"kafka-1", "kafka-2", "kafka-3", "kafka-single"}
+SPARK_SERVICES = {"spark-master", "spark-worker", "views-volume", "spark-views"}
+APICURIO_POM = PROJECT_ROOT / "tests" / "registry" / "pom.xml"
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +65,16 @@ def _resolve_cli(args: list[str]) -> click.Context | None:
 
 
 def test_service_names(services: dict[str, Any]) -> None:
-    assert set(services) == KAFKA_SERVICES | {"topics", "worker", "spark-views"}
+    assert set(services) == KAFKA_SERVICES | SPARK_SERVICES | {"topics", "worker", "schema-registry"}
 
 
 def test_profiles_pick_the_kafka_layout(services: dict[str, Any]) -> None:
     for name in ("kafka-1", "kafka-2", "kafka-3"):
         assert services[name]["profiles"] == ["cluster"]
     assert services["kafka-single"]["profiles"] == ["single"]
-    assert services["spark-views"]["profiles"] == ["views"]
+    for name in SPARK_SERVICES:
+        assert services[name]["profiles"] == ["views"], name
+    assert services["schema-registry"]["profiles"] == ["registry"]
     # the services that need Kafka start with either layout
     deps = services["topics"]["depends_on"]
     assert set(deps) == KAFKA_SERVICES
@@ -137,7 +141,7 @@ def test_worker_image_runs_the_worker_cli(services: dict[str, Any]) -> None:
 
 
 def test_long_running_services_have_health_checks(services: dict[str, Any]) -> None:
-    for name in KAFKA_SERVICES | {"worker", "spark-views"}:
+    for name in KAFKA_SERVICES | {"worker", "spark-views", "spark-master", "spark-worker", "schema-registry"}:
         check = services[name].get("healthcheck")
         assert check and check["test"][0] in ("CMD", "CMD-SHELL"), f"{name} has no health check"
 
@@ -150,3 +154,69 @@ def test_dockerignore_keeps_local_state_out() -> None:
 
 def test_compose_file_is_valid_yaml_with_no_tabs() -> None:
     assert "\t" not in Path(COMPOSE).read_text()
+
+
+# --- Spark standalone cluster and the views job ------------------------------------------------
+def _uid_of_the_fifolane_image() -> str:
+    match = re.search(r"useradd .*--uid (\d+) fifolane", DOCKERFILE.read_text())
+    assert match, "Dockerfile: no fifolane user with a fixed uid"
+    return match.group(1)
+
+
+def test_spark_cluster_is_the_official_image_at_the_pinned_version(services: dict[str, Any]) -> None:
+    from spark.packages import SPARK_VERSION
+
+    for name in ("spark-master", "spark-worker", "views-volume"):
+        assert services[name]["image"] == f"apache/spark:{SPARK_VERSION}", name
+    master = services["spark-master"]
+    assert master["command"][:2] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.master.Master"]
+    args = master["command"][2:]
+    assert args[args.index("--host") + 1] == master["hostname"] == "spark-master"
+    assert args[args.index("--port") + 1] == "7077"
+    assert master["ports"] == [f"8080:{args[args.index('--webui-port') + 1]}"]
+    assert "8080/json/" in master["healthcheck"]["test"][1]
+
+
+def test_spark_workers_scale_and_join_the_master_the_views_job_submits_to(services: dict[str, Any]) -> None:
+    worker, views = services["spark-worker"], services["spark-views"]
+    assert worker["command"][:2] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.worker.Worker"]
+    # --scale spark-worker=N needs replicas without fixed names or host ports
+    assert not {"container_name", "hostname", "ports"} & set(worker)
+    master_url = worker["command"][-1]
+    assert master_url == "spark://spark-master:7077"
+    assert worker["depends_on"]["spark-master"]["condition"] == "service_healthy"
+    assert master_url in worker["healthcheck"]["test"][1]
+    # The job takes its master from the setting, default: this cluster.
+    assert views["environment"]["FIFOLANE_SPARK_MASTER"] == "${FIFOLANE_SPARK_MASTER:-" + master_url + "}"
+    assert "--master" not in views["command"]
+    assert views["depends_on"]["spark-worker"]["condition"] == "service_healthy"
+    ctx = _resolve_cli(_argv(views)[1:])
+    assert ctx is not None and ctx.params["master"] is None and str(ctx.params["out"]) == "/data/views"
+    assert views["build"]["args"]["EXTRAS"] == "spark"  # pyspark (the pinned version) in the image
+
+
+def test_driver_and_executors_share_the_output_folder_as_one_user(services: dict[str, Any]) -> None:
+    worker, views, init = services["spark-worker"], services["spark-views"], services["views-volume"]
+    out = str(_resolve_cli(_argv(views)[1:]).params["out"])  # type: ignore[union-attr]
+    shared = [v for v in views["volumes"] if v.startswith("views:")]
+    assert shared == [v for v in worker["volumes"] if v.startswith("views:")] == init["volumes"]
+    mount = shared[0].split(":")[1]
+    assert out.startswith(mount + "/")
+    uid = _uid_of_the_fifolane_image()
+    assert worker["user"] == f"{uid}:{uid}"
+    assert init["entrypoint"] == ["chown", f"{uid}:{uid}", mount]
+    assert worker["depends_on"]["views-volume"]["condition"] == "service_completed_successfully"
+
+
+def test_schema_registry_is_apicurio_at_the_tested_version(compose: dict[str, Any], services: dict[str, Any]) -> None:
+    version = re.search(r"<apicurio.version>([^<]+)</apicurio.version>", APICURIO_POM.read_text())
+    assert version, "tests/registry/pom.xml: no apicurio.version"
+    registry = services["schema-registry"]
+    assert registry["image"] == f"apicurio/apicurio-registry:{version.group(1)}"
+    assert registry["environment"]["APICURIO_STORAGE_KIND"] == "kafkasql"
+    assert set(registry["depends_on"]) == KAFKA_SERVICES
+    url = "http://schema-registry:8080/apis/ccompat/v7"  # what the file's header tells users to set
+    assert url in COMPOSE.read_text() and registry["hostname"] == "schema-registry"
+    assert "8080/apis/ccompat/v7" in registry["healthcheck"]["test"][1]
+    env = compose["x-fifolane-env"]
+    assert env["FIFOLANE_SCHEMA_REGISTRY_URL"] == "${FIFOLANE_SCHEMA_REGISTRY_URL:-}"  # unset: single-object

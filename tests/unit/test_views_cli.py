@@ -10,7 +10,6 @@ from click.testing import CliRunner
 
 from fifolane.cli.views import parse_as_of, views
 from spark.history import HistoryWindow, HistoryWindowError, ending_offsets_json
-from spark.packages import pick_version
 from spark.wire import confluent_writer, soe_writer
 
 
@@ -47,13 +46,6 @@ def test_zero_lag_window_only_covers_now() -> None:
 
 def test_ending_offsets_json() -> None:
     assert ending_offsets_json("s", {1: 5, 0: -1}) == '{"s": {"0": -1, "1": 5}}'
-
-
-def test_pick_version_falls_back_within_the_major_version() -> None:
-    available = ["3.5.9", "4.1.1", "4.2.0", "4.2.0-preview5", "5.0.0"]
-    assert pick_version("4.2.0", available) == "4.2.0"
-    assert pick_version("4.3.0", available) == "4.2.0"
-    assert pick_version("4.0.0", ["3.5.9"]) == "4.0.0"  # nothing fits: fail loudly in ivy
 
 
 def test_writer_ids() -> None:
