@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
+from fifolane.notifications import ViewState
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER
 from listeners.registry import get_listener, renew
@@ -121,17 +122,26 @@ class ListenerClient:
 
 
 class MaterializedView:
-    """A dict ``"<type>/<key>" -> projection`` kept from notifications applied in order:
-    ``created``/``modified`` set the entry, ``removed`` deletes it."""
+    """A dict ``"<type>/<key>" -> projection`` kept from notifications: ``created``/``modified``
+    set the entry, ``removed`` deletes it, in order per source partition; across partitions
+    (an entity that changed group) the higher version wins, and a new registration of the
+    listener starts the view again (:class:`fifolane.notifications.ViewState`)."""
 
     def __init__(self) -> None:
         self.data: dict[str, Any] = {}
         self.applied = 0
         self.updated_at: datetime | None = None
+        self._state = ViewState()
 
     def apply(self, note: dict[str, Any]) -> None:
         """Apply one notification."""
         k = f"{note['type']}/{note['key']}"
+        verdict = self._state.accept(k, note["kind"], int(note["version"]), int(note["partition"]),
+                                     note.get("registration"))
+        if verdict is False:
+            return
+        if verdict is None:  # a new registration: a new stream
+            self.data.clear()
         if note["kind"] == "removed":
             self.data.pop(k, None)
         else:

@@ -123,6 +123,13 @@ def decode_entities(
     entity = catalog.entity(type_name)
     reader = schema_json(entity.schema)
     fields = [f["name"] for f in entity.schema["fields"]]
-    rows = state.where(F.col("type") == F.lit(type_name)).select("writer", "body")
-    decoded = rows.select(_decode_expr(F.col("body"), F.col("writer"), reader, writers).alias("e"))
-    return decoded.select(*[F.col("e")[name].alias(name) for name in fields])
+    rows = state.where(F.col("type") == F.lit(type_name)).select("entity_key", "writer", "body")
+    decoded = rows.select("entity_key",
+                          _decode_expr(F.col("body"), F.col("writer"), reader, writers).alias("e"))
+    # An entity that changed group has a record in its old partition until the move-out
+    # there is committed (docs/formats.md, "Group changes"): the higher version wins.
+    version = F.col("e")
+    for part in entity.version_field.split("."):
+        version = version[part]
+    latest = decoded.groupBy("entity_key").agg(F.max_by(F.col("e"), version).alias("e"))
+    return latest.select(*[F.col("e")[name].alias(name) for name in fields])

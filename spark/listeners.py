@@ -1,11 +1,15 @@
 """A listener's output topic as a table: the latest projection per key.
 
-Notifications (docs/formats.md) are JSON objects with ``listener``, ``kind``
-(``created``/``modified``/``removed``), ``key``, ``type``, ``value`` (the projection),
-``partition`` (source partition), ``seq`` (per listener and source partition), ``version``
-and ``ts``. Delivery is at-least-once: a notification may be repeated after a failover with
-the same (partition, seq); duplicates are dropped, then the highest seq per key wins and a
-``removed`` key is absent.
+Notifications (docs/formats.md) are JSON objects with ``listener``, ``registration``,
+``kind`` (``created``/``modified``/``removed``), ``key``, ``type``, ``value`` (the
+projection), ``partition`` (source partition), ``seq`` (per listener registration and source
+partition), ``version``, ``ts`` and, for an entity that moved to another group, ``moved_to``.
+Delivery is at-least-once: a notification may be repeated after a failover with the same
+(partition, seq); duplicates are dropped. Only the latest registration of a listener counts
+(a new registration is a new stream). Then, per (listener, type, key), the notification with
+the highest version wins (an entity that changed group is removed in its old partition with
+the version that moved it, and created in the new one with the same version: the live one
+wins that tie; within a partition, the higher seq), and a ``removed`` key is absent.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ __all__ = ["NOTIFICATION_SCHEMA", "PROJECTION_COLUMNS", "latest_projections", "r
 #: The notification fields used here; ``value`` stays JSON text (its shape is the listener's).
 NOTIFICATION_SCHEMA = StructType([
     StructField("listener", StringType()),
+    StructField("registration", StringType()),
     StructField("kind", StringType()),
     StructField("key", StringType()),
     StructField("type", StringType()),
@@ -37,7 +42,8 @@ PROJECTION_COLUMNS = ("listener", "key", "type", "value", "version", "partition"
 
 
 def latest_projections(notifications: DataFrame, listener: str | None = None) -> DataFrame:
-    """The latest projection per (listener, key), duplicates dropped, removed keys absent.
+    """The latest projection per (listener, type, key), duplicates dropped, removed keys
+    absent (see the module docstring for which notification is the latest).
 
     ``notifications`` has a string (or binary) column ``value`` holding the JSON, as read
     from Kafka; ``listener`` keeps one listener when the topic is shared.
@@ -48,12 +54,18 @@ def latest_projections(notifications: DataFrame, listener: str | None = None) ->
     if listener is not None:
         parsed = parsed.where(F.col("listener") == F.lit(listener))
     unique = parsed.dropDuplicates(["listener", "partition", "seq"])
+    # Only the latest registration of each listener (older ones are other streams).
+    current = unique.groupBy("listener").agg(F.max("registration").alias("current"))
+    unique = unique.join(current, on="listener", how="inner").where(
+        F.col("registration").eqNullSafe(F.col("current")))
+    carried = [c for c in PROJECTION_COLUMNS if c not in ("listener", "key", "type")]
+    order = F.struct(F.col("version"), (F.col("kind") != F.lit("removed")).alias("live"), F.col("seq"))
     latest = (
-        unique.groupBy("listener", "key")
-        .agg(F.max_by(F.struct(*[c for c in PROJECTION_COLUMNS if c not in ("listener", "key")], "kind"), "seq").alias("n"))
+        unique.groupBy("listener", "type", "key")
+        .agg(F.max_by(F.struct(*carried, "kind"), order).alias("n"))
         .where(F.col("n.kind") != F.lit("removed"))
     )
-    return latest.select("listener", "key", *[F.col(f"n.{c}").alias(c) for c in PROJECTION_COLUMNS[2:]])
+    return latest.select("listener", "key", "type", *[F.col(f"n.{c}").alias(c) for c in carried])
 
 
 def read_listener_topic(

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fifolane.notifications import ViewState
 from fifolane.testing.model import Notification
 from fifolane.testing.report import Report
 
@@ -66,13 +67,20 @@ def check_notifications(report: Report, notifications: Sequence[Notification],
 
 
 def materialize(notifications: Iterable[Notification], listener: str) -> dict[str, Any]:
-    """Apply ``listener``'s notifications in order (exact repeats dropped): key -> value."""
+    """Apply ``listener``'s notifications in read order (exact repeats dropped) as a client
+    does (:class:`fifolane.notifications.ViewState`): key -> value."""
     view: dict[str, Any] = {}
     seen: set[tuple[int, int]] = set()
+    state = ViewState()
     for n in notifications:
         if n.listener != listener or (n.partition, n.seq) in seen:
             continue
         seen.add((n.partition, n.seq))
+        verdict = state.accept(n.key, n.kind, n.version, n.partition, n.registration)
+        if verdict is False:
+            continue
+        if verdict is None:
+            view.clear()
         if n.kind == "removed":
             view.pop(n.key, None)
         else:

@@ -69,6 +69,7 @@ class Notification:
     version: int
     value: Any = None
     offset: int = -1
+    registration: str | None = None
 
     def payload(self) -> tuple[str, str, int, str]:
         """What a true duplicate repeats exactly."""

@@ -40,7 +40,10 @@ def effects_from(messages: Iterable[_Message]) -> list[Effect]:
 
 
 def table_from(messages: Iterable[_Message], codec: Any) -> dict[str, TableEntry]:
-    """The committed state topic as a table (last record per key wins), values decoded.
+    """The committed state topic as a table, values decoded: per key, the record with the
+    highest version, a live one before a tombstone of the same version (an entity that
+    changed group has a tombstone in its old partition and its value in the new one;
+    within a partition the last record is the highest). docs/formats.md, "Group changes".
 
     Versions come from the tombstones' headers and the upserts' values (or their headers,
     if written with them): :mod:`fifolane.serde.state_records`.
@@ -54,7 +57,10 @@ def table_from(messages: Iterable[_Message], codec: Any) -> dict[str, TableEntry
         if found is None:
             raise ValueError(f"state record {key!r} at offset {m.offset()} has no version in its "
                              "headers or value: not written by a fifolane worker")
-        table[key] = TableEntry(found.version, None if raw is None else codec.decode(raw).record)
+        entry = TableEntry(found.version, None if raw is None else codec.decode(raw).record)
+        cur = table.get(key)
+        if cur is None or (entry.version, entry.present) >= (cur.version, cur.present):
+            table[key] = entry
     return table
 
 
@@ -65,5 +71,5 @@ def notifications_from(messages: Iterable[_Message]) -> list[Notification]:
         body = json.loads(m.value() or b"null")
         out.append(Notification(str(body["listener"]), int(body["partition"]), int(body["seq"]),
                                 str(body["key"]), str(body["kind"]), int(body.get("version", -1)),
-                                body.get("value"), _or_minus_one(m.offset())))
+                                body.get("value"), _or_minus_one(m.offset()), body.get("registration")))
     return out

@@ -16,7 +16,7 @@ How the move reaches the old group, exactly once like every other effect:
    at version V".
 2. **Decide.** The owner of the directory partition (any worker: the directory topic is
    consumed by the same consumer group) keeps the winning claim per entity in RocksDB. The
-   winner is the claim with the highest ``(version, deleted, group)``. A new claim that
+   winner is the claim with the highest ``(version, live, group)`` (:func:`wins`). A new claim that
    beats a live claim of another group sends that group a **move-out** (an input record
    keyed by the old group, header ``fifolane.control: move-out``, to the old partition); a
    claim that loses sends the move-out to its own group, and the winner is written again so
@@ -81,12 +81,14 @@ class Claim(NamedTuple):
     deleted: bool = False
 
     def rank(self) -> tuple[int, bool, str]:
-        return (self.version, self.deleted, self.group)
+        return (self.version, not self.deleted, self.group)
 
 
 def wins(a: Claim | tuple[int, bool, str], b: Claim | tuple[int, bool, str]) -> bool:
-    """Whether ``a`` beats ``b``: the higher (version, deleted, group) wins (ties between
-    groups at one version are settled the same way everywhere)."""
+    """Whether ``a`` beats ``b``: the higher ``(version, live, group)`` wins. At one version a
+    live copy beats a deleted one (a move-out leaves a deletion with the version of the copy
+    that moved, which must not beat that copy), and ties between groups are settled the
+    same way everywhere. Tuples are ``Claim.rank()`` values."""
     ra = a.rank() if isinstance(a, Claim) else a
     rb = b.rank() if isinstance(b, Claim) else b
     return ra > rb
@@ -125,7 +127,8 @@ def _claim_of(row: Row) -> Claim:
 
 class MoveOut(NamedTuple):
     """A move-out: the entity ``key`` (``<type>/<key>``) must leave group ``group`` unless its
-    copy there beats ``(version, to_deleted, to_group)``."""
+    copy there beats the winner: the copy in ``to_group`` at ``version`` (deleted there if
+    ``to_deleted``)."""
 
     key: bytes
     group: str
@@ -201,9 +204,13 @@ def move_out(table: Any, move: MoveOut, partition: int, offset: int, ts: int,
     :class:`services.worker.table.TableApplier`). True if the copy here was removed."""
     old = table.latest(move.key)
     here = None if old is None else Claim(old.group, partition, old.version, old.deleted)
-    if here is not None and wins(here, (move.version, move.to_deleted, move.to_group)):
+    if here is not None and wins(here, (move.version, not move.to_deleted, move.to_group)):
         # The copy here is newer (an update raced the move): it wins, the other one goes.
         claim(move.key, here.group, here.version, here.deleted)
+        return False
+    if here is not None and here.group != move.group:
+        # The entity moved on to another group of this partition meanwhile (its claim tells
+        # the directory): this move-out is not about that copy.
         return False
     # Remove it here, keeping the winner's version so older events of this group are stale.
     gone = Row(move.version, True, old.group if old is not None else move.group, None)

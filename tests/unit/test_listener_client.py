@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
+
+import pytest
 
 from listeners.client import MaterializedView
 from listeners.notify import dumps, notification
@@ -35,12 +38,45 @@ def test_epochs_increase_and_leave_room() -> None:
 
 def test_view_applies_in_order() -> None:
     v = MaterializedView()
-    for kind, key, value in [("created", "A", {"x": 1}), ("created", "B", {"x": 2}),
-                             ("modified", "A", {"x": 3}), ("removed", "B", None),
-                             ("removed", "C", None)]:  # fmt: skip
-        v.apply({"kind": kind, "type": "t", "key": key, "value": value})
+    for version, (kind, key, value) in enumerate([("created", "A", {"x": 1}), ("created", "B", {"x": 2}),
+                                                  ("modified", "A", {"x": 3}), ("removed", "B", None),
+                                                  ("removed", "C", None)]):  # fmt: skip
+        v.apply({"kind": kind, "type": "t", "key": key, "value": value, "version": version, "partition": 0})
     assert v.data == {"t/A": {"x": 3}}
     assert v.applied == 5
+
+
+def _note(kind: str, key: str, version: int, partition: int, value: Any = None,
+          registration: str = "2026-01-01T00:00:00+00:00") -> dict[str, Any]:
+    return {"kind": kind, "type": "t", "key": key, "value": value, "version": version,
+            "partition": partition, "registration": registration}
+
+
+@pytest.mark.parametrize("order", ["moved-out first", "moved-in first"])
+def test_view_follows_an_entity_that_changed_partition(order: str) -> None:
+    """Rebooked onto a flight of another partition: removed there and created here with the
+    same version, in either order; an older note from the old partition changes nothing."""
+    out, into = _note("removed", "A", 5, 0), _note("created", "A", 5, 1, {"x": "moved"})
+    v = MaterializedView()
+    v.apply(_note("created", "A", 1, 0, {"x": "first"}))
+    for note in ([out, into] if order == "moved-out first" else [into, out]):
+        v.apply(note)
+    assert v.data == {"t/A": {"x": "moved"}}
+    v.apply(_note("modified", "A", 3, 0, {"x": "stale"}))  # late, from the old partition
+    assert v.data == {"t/A": {"x": "moved"}}
+    v.apply(_note("removed", "A", 6, 1))
+    v.apply(_note("created", "A", 4, 0, {"x": "older"}))
+    assert v.data == {}
+
+
+def test_view_starts_again_with_a_new_registration() -> None:
+    v = MaterializedView()
+    v.apply(_note("created", "A", 1, 0, {"x": 1}))
+    v.apply(_note("created", "B", 1, 1, {"x": 1}))
+    later = "2026-02-01T00:00:00+00:00"
+    v.apply(_note("created", "B", 1, 1, {"x": 2}, registration=later))  # its snapshot
+    v.apply(_note("modified", "A", 2, 0, {"x": 3}))  # the old registration, still in flight
+    assert v.data == {"t/B": {"x": 2}}
 
 
 def test_notification_json_handles_cel_and_avro_values() -> None:
