@@ -72,6 +72,7 @@ class RegistryFollower:
         self._position = 0  # next offset to read (records before it are queued)
         self._end: int | None = None  # the registry's end, asked for by mark()
         self._asked = threading.Event()
+        self._gen = 0  # counts mark() calls
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -107,6 +108,7 @@ class RegistryFollower:
         """Remember the registry's end now (read asynchronously): see :meth:`caught_up`."""
         with self._lock:
             self._end = None
+            self._gen += 1
         self._asked.set()
 
     def caught_up(self) -> bool:
@@ -130,7 +132,7 @@ class RegistryFollower:
 
     # -- the thread ----------------------------------------------------------------------------
     def _main(self) -> None:
-        backoff = 0.5
+        backoff = min(0.5, self._max_backoff)
         while not self._stop.is_set():
             try:
                 self._follow()
@@ -155,11 +157,16 @@ class RegistryFollower:
             self.healthy = True
             while not self._stop.is_set():
                 if self._asked.is_set():
-                    self._asked.clear()
-                    # one thread makes every call on this consumer
+                    # One thread makes every call on this consumer. The request stands until
+                    # it is answered (a failure here restarts the thread), and an answer to
+                    # an earlier mark() does not count for a later one.
+                    with self._lock:
+                        gen = self._gen
                     _lo, high = consumer.get_watermark_offsets(tp, timeout=10)
                     with self._lock:
-                        self._end = high
+                        if gen == self._gen:
+                            self._asked.clear()
+                            self._end = high
                 msgs = consumer.consume(500, timeout=self.poll_timeout)
                 pos = self._position
                 for msg in msgs:
