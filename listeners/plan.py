@@ -51,6 +51,7 @@ class ListenerStats:
     last_error: str | None = None
     overruns: int = 0
     longest: float = 0.0
+    last_overrun: float = 0.0
 
 
 class Listener:

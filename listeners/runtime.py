@@ -374,9 +374,9 @@ class ListenerRuntime:
             if act is None:
                 continue
             st = self.listeners.stats(name)
-            reason = (f"an evaluation took {st.longest * 1000:.0f} ms, over the budget of "
-                      f"{self.listeners.budget * 1000:.0f} ms per change: simplify the filter or "
-                      "converter, then register it again")
+            reason = (f"{st.overruns} evaluations over the budget of {self.listeners.budget * 1000:.0f} ms "
+                      f"of CPU per change (the longest took {st.longest * 1000:.0f} ms): simplify the "
+                      "filter or converter, then register it again")
             registration = act.spec.created_at.isoformat()
             self._deactivate(name, forget=False)
             self._suspended[name] = (registration, reason)

@@ -23,30 +23,27 @@ from __future__ import annotations
 
 import gc
 import logging
-import queue
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from fifolane.config import Settings
 from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
-from fifolane.serde import Decoded, SchemaCatalog, make_codec
+from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.serde.catalog import EntityType
 from fifolane.serde.state_records import StateRecordReader
-from services.worker.app import App, Event, HandlerSpec, load_app, table_handler
+from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
-from services.worker.calls import HandlerCalls, Result
+from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
 from services.worker.clients import consumer_config, producer_config
-from services.worker.directory import DirectoryApplier, MoveOut, claim_value, move_out, restored_row
-from services.worker.dlq import dead_letter
-from services.worker.effects import Effects, check_effects
+from services.worker.directory import DirectoryApplier, claim_value, restored_row
+from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
-from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
 from services.worker.limits import Limits
 from services.worker.metrics import Stats, serve_metrics, update_lag
@@ -56,7 +53,7 @@ from services.worker.restore import Restore, restore_partition
 from services.worker.scheduler import GroupScheduler
 from services.worker.sink import ChangeSink
 from services.worker.state import PartitionStore, RestoredRow, Row, StoreManager
-from services.worker.table import APPLIED, STALE, TableApplier
+from services.worker.table import TableApplier
 
 __all__ = ["Worker", "load_app"]
 
@@ -90,7 +87,6 @@ class Worker:
         self._stop = threading.Event()
         self._next_checkpoint = 0.0
         self._next_stats = 0.0
-        self._avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
         self.metrics_port: int | None = None
         self.topics = Topics(settings.input_topic, settings.directory_topic if self.opts.directory else None)
         state_dir = Path(self.opts.state_dir or settings.home / "state" / self.opts.worker_id)
@@ -119,6 +115,7 @@ class Worker:
         self.ckpt: Checkpoint | None = None
         self.assignment: Assignment | None = None
         self._fast: FastPath | None = None
+        self.processing: Processing | None = None
         self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_max)
         self._retention_ms: int | None = None
         self._topic_configs: dict[str, dict[str, str]] = {}
@@ -149,10 +146,16 @@ class Worker:
                                      directory_stores=self._dir_stores, restore=self._restore,
                                      make_table=self._make_table, make_directory=self._make_directory,
                                      sink=self.sink, stats=self.stats)
+        self.processing = Processing(
+            app=self.app, codec=self.codec, topics=self.topics, state_topic=s.state_topic,
+            dlq_topic=s.dlq_topic, worker_id=o.worker_id, ckpt=self.ckpt, tables=self.assignment.tables,
+            directories=self.assignment.directories, sched=self.sched, calls=self.calls,
+            limits=self.limits, stats=self.stats, claim=self._claim)
         self._fast = FastPath(input_topic=self.topics.input, tables=self.assignment.tables,
                               table_types=self._table_types, codec=self.codec, busy=self.sched.queues,
-                              ckpt=self.ckpt, stats=self.stats, sink=self.sink, general=self._ingest,
-                              refuse=self._refuse, other_topics=self.topics.directory is not None)
+                              ckpt=self.ckpt, stats=self.stats, sink=self.sink,
+                              general=self.processing.take, refuse=self.processing.refuse,
+                              other_topics=self.topics.directory is not None)
         if self.sink is not None:
             self.sink.open(_Context(self))
         if o.metrics_port is not None:
@@ -198,7 +201,8 @@ class Worker:
     def poll_once(self) -> None:
         """One turn of the loop: take a batch, run what is ready, checkpoint when due."""
         consumer, ckpt, assignment = self.consumer, self.ckpt, self.assignment
-        assert consumer is not None and ckpt is not None and assignment is not None and self._fast
+        assert consumer is not None and ckpt is not None and assignment is not None
+        assert self._fast is not None and self.processing is not None
         if assignment.busy():
             assignment.advance()
         sched = self.sched
@@ -221,7 +225,7 @@ class Worker:
                 if self.stats.aborts != aborts:  # the producer failed mid-batch: replayed
                     return
         try:
-            self._pump(block=got == 0 and sched.in_flight > 0)
+            self.processing.pump(block=got == 0 and sched.in_flight > 0)
         except KafkaClientError as exc:
             self._abort(exc)
             return
@@ -250,9 +254,10 @@ class Worker:
         shrinks to what ``concurrency`` handlers get through in that time.
         """
         limit = self.opts.max_buffered
-        if self._avg_call > 0:
+        avg = self.processing.avg_call if self.processing is not None else 0.0
+        if avg > 0:
             c = self.opts.concurrency
-            limit = min(limit, max(4 * c, int(c * self.opts.commit_interval / self._avg_call)))
+            limit = min(limit, max(4 * c, int(c * self.opts.commit_interval / avg)))
         return limit
 
     def close(self) -> None:
@@ -333,194 +338,17 @@ class Worker:
             log.info("state topic end of partition %d not known now: %s", p, exc)
             return None
 
-    # ------------------------------------------------------------------ the general path
-    def _ingest(self, msg: Record, decoded: Decoded | None = None) -> None:
-        """Take one record the fast path did not (any kind of record)."""
-        err = msg.error()
-        if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", err)
-            return
-        ckpt, assignment = self.ckpt, self.assignment
-        assert ckpt is not None and assignment is not None
-        topic, p, offset = msg.topic(), msg.partition(), msg.offset()
-        if topic != self.topics.input:
-            directory = assignment.directories.get(p)
-            if directory is not None and topic == self.topics.directory:
-                ckpt.consumed(topic, p, offset)
-                directory.apply(msg.key(), msg.value())
-            return
-        if p not in assignment.tables:
-            return  # not ours (any more), or not restored yet: replayed once it is
-        ckpt.consumed(topic, p, offset)
-        self.stats.consumed += 1
-        poison = ckpt.poison_of(topic, p, offset)
-        if poison is not None:
-            self._refuse(msg, "output-refused", poison)
-            ckpt.forget_poison(topic, p, offset)
-            return
-        event = to_event(msg, self.codec, decoded)
-        if isinstance(event, Rejected):
-            self._refuse(msg, event.reason, event.error)
-            return
-        spec = self.app.handler_for(event.type) if event.op != "move-out" else None
-        if spec is not None and spec.inline and not self.sched.has_group(event.group):
-            self._run_inline(event, spec)
-        else:
-            self.sched.submit(event)
-
-    def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
-        if spec.fn is table_handler:
-            self._apply_table(event)
-            return
-        assert self.assignment is not None
-        table = self.assignment.tables[event.partition]
-        if table.prior(event.entity_key, event.version) is STALE:
-            self.stats.superseded += 1
-            return
-        self._finish(self.calls.call_sync(event, spec, table.store), scheduled=False)
-
-    def _start(self, event: Event) -> None:
-        """Dispatch the head event of a group (called by the scheduler)."""
-        assert self.assignment is not None
-        table = self.assignment.tables.get(event.partition)
-        if table is None:  # its partition went away while it waited: replayed by the new owner
-            self.sched.complete(event)
-            return
-        if event.op == "move-out":
-            self._move_out(table, event)
-            self.sched.complete(event)
-            return
-        spec = self.app.handler_for(event.type)
-        if spec.fn is table_handler:
-            self._apply_table(event)
-            self.sched.complete(event)
-            return
-        if table.prior(event.entity_key, event.version) is STALE:
-            self.stats.superseded += 1
-            self.sched.complete(event)
-            return
-        if spec.inline:
-            self._finish(self.calls.call_sync(event, spec, table.store))
-        else:
-            self.calls.submit(event, spec, table.store)
-
-    def _apply_table(self, event: Event) -> None:
-        """The built-in table handler: apply the upsert or delete."""
-        assert self.assignment is not None
-        table = self.assignment.tables[event.partition]
-        if event.op == "delete":
-            outcome = table.write(event.entity_key, Row(event.version, True, event.group, None), None,
-                                  event.offset, event.timestamp)
-        else:
-            outcome = table.upsert(event.entity_key, event.type.encode(), event.group,
-                                   event.group.encode(), event.version, event.raw, event.value,
-                                   event.offset, event.timestamp)
-        self._count(outcome, event)
-
-    def _count(self, outcome: int, event: Event) -> None:
-        if outcome == APPLIED:
-            self.stats.processed += 1
-            self.stats.state_writes += 1
-        elif outcome == STALE:
-            self.stats.superseded += 1
-        else:
-            self._refuse_event(event, "too-large", f"the state record of {event.type} {event.key} is "
-                               "over the bytes the state topic takes")
-
-    def _move_out(self, table: TableApplier, event: Event) -> None:
-        assert event.value is not None
-        move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
-                       bool(event.value["to_deleted"]))
-        removed = move_out(table, move, event.partition, event.offset, event.timestamp,
-                           lambda ekey, group, version, deleted: self._claim(
-                               event.partition, ekey, group, version, deleted))
-        self.stats.processed += 1
-        self.stats.moves_applied += int(removed)
-
-    # ------------------------------------------------------------------ handler results
-    def _pump(self, block: bool) -> None:
-        """Dispatch ready groups and apply finished handler calls until nothing moves."""
-        sched = self.sched
-        while True:
-            sched.dispatch(self._start)
-            try:
-                completions = self.calls.completions
-                result = completions.get(timeout=0.005) if block else completions.get_nowait()
-            except queue.Empty:
-                break
-            self._finish(result)
-            block = False
-        self.stats.in_flight = sched.in_flight
-        self.stats.ready_groups = sched.ready_groups
-        self.stats.max_in_flight = sched.max_in_flight
-
-    def _finish(self, result: Result, scheduled: bool = True) -> None:
-        event, effects, exc, retries, took = result
-        self.stats.handler_retries += retries
-        self._avg_call += 0.05 * (took - self._avg_call)  # EWMA of a handler call
-        try:
-            if exc is not None:
-                log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
-                            event.type, event.key, event.group, event.offset, retries, exc)
-                self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
-                return
-            assert effects is not None
-            refused = check_effects(effects, self.limits, self.settings.state_topic)
-            if refused is not None:
-                # Kafka would refuse it on every replay: none of the call's effects are applied.
-                log.warning("handler result for %s %s (group %s, offset %d) refused: %s",
-                            event.type, event.key, event.group, event.offset, refused.error)
-                self._refuse_event(event, refused.reason, refused.error)
-                return
-            self._apply(event, effects)
-            self.stats.processed += 1
-        finally:
-            if scheduled:
-                self.sched.complete(event)
-
-    def _apply(self, event: Event, effects: Effects) -> None:
-        assert self.assignment is not None and self.ckpt is not None
-        table = self.assignment.tables[event.partition]
-        for ekey, w in effects.writes.items():
-            outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
-                                  event.offset, event.timestamp)
-            if outcome == APPLIED:
-                self.stats.state_writes += 1
-            else:
-                self.stats.writes_superseded += 1
-        produce = self.ckpt.produce
-        for out in effects.outputs:
-            produce(out.topic, out.value, out.key, -1, list(out.headers) or None)
-            self.stats.outputs += 1
-
-    # ------------------------------------------------------------------ dead letters
-    def _refuse(self, msg: Record, reason: str, error: str) -> None:
-        """Dead-letter an input record (already counted as consumed)."""
-        self.dead_letter(msg.key(), msg.value(), msg.headers(), msg.topic() or "", msg.partition(),
-                          msg.offset(), reason, error)
-
-    def _refuse_event(self, event: Event, reason: str, error: str) -> None:
-        self.dead_letter(event.group.encode(), event.raw, event.headers, self.settings.input_topic,
-                          event.partition, event.offset, reason, error)
+    # ------------------------------------------------------------------ checkpoints
+    def drain(self) -> None:
+        """Run until every consumed event is processed, superseded or dead-lettered."""
+        assert self.processing is not None
+        self.processing.drain()
 
     def dead_letter(self, key: bytes | None, value: bytes | None, headers: Any, topic: str,
                     partition: int, offset: int, reason: str, error: str) -> None:
         """Send a record to the dead-letter topic in the open transaction (cut to fit)."""
-        assert self.ckpt is not None
-        dlq = self.settings.dlq_topic
-        key, value, hdrs = dead_letter(key, value, headers, topic=topic, partition=partition,
-                                       offset=offset, reason=reason, error=error,
-                                       worker_id=self.opts.worker_id, room=self.limits.room(dlq))
-        self.ckpt.produce(dlq, value, key, -1, hdrs)
-        self.stats.dead_lettered += 1
-        self.stats.dead_letter_reasons[reason] += 1
-
-    # ------------------------------------------------------------------ checkpoints
-    def drain(self) -> None:
-        """Run until every consumed event is processed, superseded or dead-lettered."""
-        while not self.sched.idle():
-            self._pump(block=True)
+        assert self.processing is not None
+        self.processing.dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
     def checkpoint(self) -> None:
         """Drain, then commit outputs, state and input offsets together (see checkpoint.py)."""
@@ -557,29 +385,19 @@ class Worker:
 
     def _abort(self, exc: KafkaClientError) -> None:
         """Give up the open transaction and replay its input."""
-        assert self.ckpt is not None
-        self._forget_calls()
+        assert self.ckpt is not None and self.processing is not None
+        self.processing.forget()
         self._after_abort(self.ckpt.abort(exc))
 
     def _abort_lost(self) -> None:
         """Partitions were lost (a rebalance we missed): whatever is open cannot commit."""
         assert self.ckpt is not None
         if self.ckpt.is_open:
-            self._forget_calls()
-            self._after_abort(self.ckpt.abort(TransactionAbortedError("partitions lost",
-                                                                         code="PARTITIONS_LOST")))
-
-    def _forget_calls(self) -> None:
-        # Handler calls still running would report events the scheduler no longer knows:
-        # wait for them (as a drain would) and drop their results; the events are replayed.
-        completions = self.calls.completions
-        for _ in range(self.sched.in_flight):
-            completions.get()
+            self._abort(TransactionAbortedError("partitions lost", code="PARTITIONS_LOST"))
 
     def _after_abort(self, outcome: Outcome) -> None:
-        assert self.assignment is not None
-        self.sched.clear()
-        self.calls.forget_completions()
+        assert self.assignment is not None and self.processing is not None
+        self.processing.forget()
         if self.sink is not None:
             self.sink.after_abort()
         for topic, p in outcome.stale:

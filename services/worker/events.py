@@ -1,0 +1,252 @@
+"""The general path of the worker: every record the fast path does not take, and handlers.
+
+:class:`Processing` turns a record into an event (or a dead letter), runs the built-in table
+handler inline, queues app-handler events per FIFO group (the scheduler keeps their order and
+exclusivity), applies finished handler calls, and dead-letters what cannot be applied. All of
+it on the worker's poll thread; every entity write goes through the partition's
+:class:`services.worker.table.TableApplier`.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from fifolane.serde import Decoded
+from services.worker.app import App, Event, HandlerSpec, table_handler
+from services.worker.assignment import Topics
+from services.worker.calls import HandlerCalls, Result
+from services.worker.checkpoint import Checkpoint
+from services.worker.directory import DirectoryApplier, MoveOut, move_out
+from services.worker.dlq import dead_letter
+from services.worker.effects import Effects, check_effects
+from services.worker.ingest import Rejected, to_event
+from services.worker.kafka import Record
+from services.worker.limits import Limits
+from services.worker.metrics import Stats
+from services.worker.scheduler import GroupScheduler
+from services.worker.state import Row
+from services.worker.table import APPLIED, STALE, Claim, TableApplier
+
+__all__ = ["Processing"]
+
+log = logging.getLogger(__name__)
+
+
+class Processing:
+    """The general path and the handlers of one worker (see the module docstring)."""
+
+    def __init__(self, *, app: App, codec: Any, topics: Topics, state_topic: str, dlq_topic: str,
+                 worker_id: str, ckpt: Checkpoint, tables: Mapping[int, TableApplier],
+                 directories: Mapping[int, DirectoryApplier], sched: GroupScheduler[Event],
+                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim) -> None:
+        self.app = app
+        self.codec = codec
+        self.topics = topics
+        self._state_topic = state_topic
+        self._dlq = dlq_topic
+        self._worker_id = worker_id
+        self.ckpt = ckpt
+        self.tables = tables
+        self.directories = directories
+        self.sched = sched
+        self.calls = calls
+        self.limits = limits
+        self.stats = stats
+        self._claim = claim
+        self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+
+    def take(self, msg: Record, decoded: Decoded | None = None) -> None:
+        """Take one record the fast path did not (any kind of record)."""
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", err)
+            return
+        ckpt = self.ckpt
+        topic, p, offset = msg.topic(), msg.partition(), msg.offset()
+        if topic != self.topics.input:
+            directory = self.directories.get(p)
+            if directory is not None and topic == self.topics.directory:
+                ckpt.consumed(topic, p, offset)
+                directory.apply(msg.key(), msg.value())
+            return
+        if p not in self.tables:
+            return  # not ours (any more), or not restored yet: replayed once it is
+        ckpt.consumed(topic, p, offset)
+        self.stats.consumed += 1
+        poison = ckpt.poison_of(topic, p, offset)
+        if poison is not None:
+            self.refuse(msg, "output-refused", poison)
+            ckpt.forget_poison(topic, p, offset)
+            return
+        event = to_event(msg, self.codec, decoded)
+        if isinstance(event, Rejected):
+            self.refuse(msg, event.reason, event.error)
+            return
+        spec = self.app.handler_for(event.type) if event.op != "move-out" else None
+        if spec is not None and spec.inline and not self.sched.has_group(event.group):
+            self._run_inline(event, spec)
+        else:
+            self.sched.submit(event)
+
+    def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
+        if spec.fn is table_handler:
+            self._apply_table(event)
+            return
+        table = self.tables[event.partition]
+        if table.prior(event.entity_key, event.version) is STALE:
+            self.stats.superseded += 1
+            return
+        self._finish(self.calls.call_sync(event, spec, table.store), scheduled=False)
+
+    def _start(self, event: Event) -> None:
+        """Dispatch the head event of a group (called by the scheduler)."""
+        table = self.tables.get(event.partition)
+        if table is None:  # its partition went away while it waited: replayed by the new owner
+            self.sched.complete(event)
+            return
+        if event.op == "move-out":
+            self._move_out(table, event)
+            self.sched.complete(event)
+            return
+        spec = self.app.handler_for(event.type)
+        if spec.fn is table_handler:
+            self._apply_table(event)
+            self.sched.complete(event)
+            return
+        if table.prior(event.entity_key, event.version) is STALE:
+            self.stats.superseded += 1
+            self.sched.complete(event)
+            return
+        if spec.inline:
+            self._finish(self.calls.call_sync(event, spec, table.store))
+        else:
+            self.calls.submit(event, spec, table.store)
+
+    def _apply_table(self, event: Event) -> None:
+        """The built-in table handler: apply the upsert or delete."""
+        table = self.tables[event.partition]
+        if event.op == "delete":
+            outcome = table.write(event.entity_key, Row(event.version, True, event.group, None), None,
+                                  event.offset, event.timestamp)
+        else:
+            outcome = table.upsert(event.entity_key, event.type.encode(), event.group,
+                                   event.group.encode(), event.version, event.raw, event.value,
+                                   event.offset, event.timestamp)
+        self._count(outcome, event)
+
+    def _count(self, outcome: int, event: Event) -> None:
+        if outcome == APPLIED:
+            self.stats.processed += 1
+            self.stats.state_writes += 1
+        elif outcome == STALE:
+            self.stats.superseded += 1
+        else:
+            self._refuse_event(event, "too-large", f"the state record of {event.type} {event.key} is "
+                               "over the bytes the state topic takes")
+
+    def _move_out(self, table: TableApplier, event: Event) -> None:
+        assert event.value is not None
+        move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
+                       bool(event.value["to_deleted"]))
+        removed = move_out(table, move, event.partition, event.offset, event.timestamp,
+                           lambda ekey, group, version, deleted: self._claim(
+                               event.partition, ekey, group, version, deleted))
+        self.stats.processed += 1
+        self.stats.moves_applied += int(removed)
+
+    # ------------------------------------------------------------------ handler results
+    def pump(self, block: bool) -> None:
+        """Dispatch ready groups and apply finished handler calls until nothing moves."""
+        sched = self.sched
+        while True:
+            sched.dispatch(self._start)
+            try:
+                completions = self.calls.completions
+                result = completions.get(timeout=0.005) if block else completions.get_nowait()
+            except queue.Empty:
+                break
+            self._finish(result)
+            block = False
+        self.stats.in_flight = sched.in_flight
+        self.stats.ready_groups = sched.ready_groups
+        self.stats.max_in_flight = sched.max_in_flight
+
+    def _finish(self, result: Result, scheduled: bool = True) -> None:
+        event, effects, exc, retries, took = result
+        self.stats.handler_retries += retries
+        self.avg_call += 0.05 * (took - self.avg_call)  # EWMA of a handler call
+        try:
+            if exc is not None:
+                log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
+                            event.type, event.key, event.group, event.offset, retries, exc)
+                self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
+                return
+            assert effects is not None
+            refused = check_effects(effects, self.limits, self._state_topic)
+            if refused is not None:
+                # Kafka would refuse it on every replay: none of the call's effects are applied.
+                log.warning("handler result for %s %s (group %s, offset %d) refused: %s",
+                            event.type, event.key, event.group, event.offset, refused.error)
+                self._refuse_event(event, refused.reason, refused.error)
+                return
+            self._apply(event, effects)
+            self.stats.processed += 1
+        finally:
+            if scheduled:
+                self.sched.complete(event)
+
+    def _apply(self, event: Event, effects: Effects) -> None:
+        table = self.tables[event.partition]
+        for ekey, w in effects.writes.items():
+            outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
+                                  event.offset, event.timestamp)
+            if outcome == APPLIED:
+                self.stats.state_writes += 1
+            else:
+                self.stats.writes_superseded += 1
+        produce = self.ckpt.produce
+        for out in effects.outputs:
+            produce(out.topic, out.value, out.key, -1, list(out.headers) or None)
+            self.stats.outputs += 1
+
+    # ------------------------------------------------------------------ dead letters
+    def refuse(self, msg: Record, reason: str, error: str) -> None:
+        """Dead-letter an input record (already counted as consumed)."""
+        self.dead_letter(msg.key(), msg.value(), msg.headers(), msg.topic() or "", msg.partition(),
+                          msg.offset(), reason, error)
+
+    def _refuse_event(self, event: Event, reason: str, error: str) -> None:
+        self.dead_letter(event.group.encode(), event.raw, event.headers, self.topics.input,
+                          event.partition, event.offset, reason, error)
+
+    def dead_letter(self, key: bytes | None, value: bytes | None, headers: Any, topic: str,
+                    partition: int, offset: int, reason: str, error: str) -> None:
+        """Send a record to the dead-letter topic in the open transaction (cut to fit)."""
+        dlq = self._dlq
+        key, value, hdrs = dead_letter(key, value, headers, topic=topic, partition=partition,
+                                       offset=offset, reason=reason, error=error,
+                                       worker_id=self._worker_id, room=self.limits.room(dlq))
+        self.ckpt.produce(dlq, value, key, -1, hdrs)
+        self.stats.dead_lettered += 1
+        self.stats.dead_letter_reasons[reason] += 1
+
+    def drain(self) -> None:
+        """Run until every consumed event is processed, superseded or dead-lettered."""
+        while not self.sched.idle():
+            self.pump(block=True)
+
+    def forget(self) -> None:
+        """Forget queued events after an abort (they are replayed). Handler calls still
+        running would report events the scheduler no longer knows: wait for them (as a
+        drain would) and drop their results."""
+        completions = self.calls.completions
+        for _ in range(self.sched.in_flight):
+            completions.get()
+        self.sched.clear()
+        self.calls.forget_completions()
