@@ -305,7 +305,7 @@ class ListenerSet:
                     st.overruns += 1
                     st.last_overrun = now
                     st.longest = max(st.longest, took)
-                    if st.overruns >= OVERRUNS or took > 10 * self.budget:
+                    if st.overruns >= OVERRUNS or took > 10 * self.budget > 0:
                         self.overruns.add(lst.name)
 
     def _notify(self, f: Filter, kind: str, ctx: Contexts, out: list[Notification]) -> None:
