@@ -45,8 +45,9 @@ from listeners.model import ListenerSpec
 from listeners.notifier import Active, Notifier
 from listeners.notify import change_parts, encode_value
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
-from listeners.registry_view import Housekeeper, RegistryView, status_record
+from listeners.registry_view import Housekeeper, RegistryView
 from listeners.snapshots import Snapshots
+from listeners.suspensions import Suspensions
 from services.worker.sink import Row, SinkContext
 
 __all__ = ["ListenerRuntime"]
@@ -56,10 +57,6 @@ log = logging.getLogger(__name__)
 _MISSING: Any = object()
 #: Registry batches larger than this are logged as a summary, not one line per listener.
 _LOG_EACH = 20
-
-
-def _decoded(decode: Callable[[bytes], Any], raw: bytes) -> Any:
-    return decode(raw)
 
 
 class ListenerRuntime:
@@ -89,9 +86,7 @@ class ListenerRuntime:
         self._keeper: Housekeeper | None = None
         self._hints: Hints | None = None
         self._active: dict[str, Active] = {}
-        self._suspended: dict[str, tuple[str, str]] = {}  # name -> (registration, reason)
-        self._status_out: list[tuple[bytes, bytes]] = []  # to produce at the next safe point
-        self._status_sent: list[tuple[bytes, bytes]] = []  # produced, not yet committed
+        self._suspended = Suspensions(settings.registry_topic)
         self._owned: set[int] = set()
         self._waiting: set[int] = set()  # assigned, snapshots not begun (registry not read yet)
         self._live = False
@@ -117,7 +112,7 @@ class ListenerRuntime:
 
     def suspended(self) -> dict[str, str]:
         """Listeners suspended on this worker, and why."""
-        return {name: reason for name, (_reg, reason) in self._suspended.items()}
+        return self._suspended.reasons()
 
     def snapshot_pending(self) -> list[tuple[str, int]]:
         """(listener, partition) pairs whose include-current-state snapshot is in progress."""
@@ -204,7 +199,7 @@ class ListenerRuntime:
             assert old is not None and old.value is not None
             # Decoded only if an expression or an index lookup needs the old state: the
             # index takes the group and key fields from the row and the entity key.
-            old_state = partial(_decoded, ctx.decode, old.value)
+            old_state = partial(ctx.decode, old.value)
             known = self._hints.known(tb, type_, key, old, new, new_rec)
         version = new.version
         notes = self.listeners.match_lazy(type_, key, new_rec, old_state, table_change,
@@ -239,7 +234,7 @@ class ListenerRuntime:
         self.journal.commit()
         self.snapshots.commit()
         self._keeper.commit(self.view)
-        self._status_sent.clear()
+        self._suspended.commit()
         records = self._follower.drain()
         if records:
             self._apply(records)
@@ -249,10 +244,7 @@ class ListenerRuntime:
             self._expire()
             if 0 in self._owned:
                 self._keeper.run(self.view)
-        if self._status_out:
-            for key, value in self._status_out:
-                self._ctx.produce(self.settings.registry_topic, value, key, 0)
-            self._status_sent, self._status_out = self._status_out, []
+        self._suspended.flush(self._ctx.produce)
         if self.snapshots:
             ctx = self._ctx
             self.snapshots.chunks(self._owned, ctx.committed_rows, self._type_of, self._announce, ctx.produce)
@@ -263,8 +255,7 @@ class ListenerRuntime:
         self.snapshots.rollback()
         if self._keeper is not None:
             self._keeper.rollback()
-        self._status_out = self._status_sent + self._status_out
-        self._status_sent = []
+        self._suspended.rollback()
 
     def close(self) -> None:
         self._follower.stop()
@@ -302,11 +293,8 @@ class ListenerRuntime:
     def _reconcile(self, name: str) -> None:
         spec = self.view.specs.get(name)
         instance = spec.created_at.isoformat() if spec is not None else None
-        held = self._suspended.get(name)
-        if held is not None and held[0] != instance:
-            del self._suspended[name]  # registered again: a new chance
-            held = None
-        want = spec is not None and not spec.is_expired() and held is None
+        # suspended here unless registered again since
+        want = spec is not None and not spec.is_expired() and not self._suspended.holds(name, instance)
         act = self._active.get(name)
         if act is not None and spec is not None and want and same_definition(act.spec, spec) \
                 and act.spec.created_at == spec.created_at:  # fmt: skip
@@ -377,10 +365,8 @@ class ListenerRuntime:
             reason = (f"{st.overruns} evaluations over the budget of {self.listeners.budget * 1000:.0f} ms "
                       f"of CPU per change (the longest took {st.longest * 1000:.0f} ms): simplify the "
                       "filter or converter, then register it again")
-            registration = act.spec.created_at.isoformat()
             self._deactivate(name, forget=False)
-            self._suspended[name] = (registration, reason)
-            self._status_out.append(status_record(name, self._ctx.worker_id, "suspended", reason, registration))
+            self._suspended.suspend(name, act.spec.created_at.isoformat(), reason, self._ctx.worker_id)
             log.warning("listener %r suspended on this worker: %s", name, reason)
 
     def _dead_letter(self, rec: RegistryRecord, error: str) -> None:

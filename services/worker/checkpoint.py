@@ -20,10 +20,8 @@ open whether the transaction committed (the commit timed out on the client), the
 offsets decide: the broker's word, not the client's.
 
 A transaction that fails because Kafka refuses one of its records (too large, invalid for
-its topic) would fail again on every replay. The checkpoint then bisects: it limits the
-records per transaction (:meth:`~Checkpoint.room`), halving the limit after each such
-failure, until a transaction of one input record fails; that record is *poisoned*
-(:meth:`~Checkpoint.poison_of`) and the worker dead-letters it when it comes again.
+its topic) would fail again on every replay: the checkpoint then bisects its transactions
+(:mod:`services.worker.bisect`) to find the input record, which the worker dead-letters.
 docs/architecture.md follows one event through these steps.
 """
 
@@ -31,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -42,9 +39,9 @@ from fifolane.errors import (
     KafkaClientError,
     KafkaRetriableError,
     ProducerFatalError,
-    RecordRefusedError,
     TransactionAbortedError,
 )
+from services.worker.bisect import Bisection
 from services.worker.kafka import TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
 from services.worker.txn import Background
@@ -106,10 +103,7 @@ class Checkpoint:
         self._stop = stop or threading.Event()
         self.sources: dict[str, Source] = {}
         self.is_open = False
-        #: max input records per transaction while bisecting (None: no limit)
-        self.limit: int | None = None
-        self._limit_goal = 0
-        self._poisoned: dict[tuple[str, int, int], str] = {}
+        self._bisection = Bisection(producer)
         self._count = 0  # input records taken into the open transaction
         self._last: tuple[str, int, int] | None = None
         self._failures = 0  # consecutive failed checkpoints (backoff)
@@ -181,18 +175,20 @@ class Checkpoint:
 
     def room(self) -> int | None:
         """How many more input records this transaction may take (None: no limit)."""
-        if self.limit is None:
-            return None
-        return max(0, self.limit - self._count)
+        return self._bisection.room(self._count)
 
     def poison_of(self, topic: str, partition: int, offset: int) -> str | None:
-        """Why Kafka refused what this input record produced, if it did (then it must be
-        dead-lettered instead of processed)."""
-        return self._poisoned.get((topic, partition, offset)) if self._poisoned else None
+        """Why Kafka refused what this input record produced, if it did: then the worker
+        dead-letters it instead of processing it, and says so with :meth:`poison_settled`."""
+        return self._bisection.poison_of((topic, partition, offset))
+
+    def poison_settled(self, topic: str, partition: int, offset: int) -> None:
+        """A poisoned record was dead-lettered in the open transaction."""
+        self._bisection.dead_lettered((topic, partition, offset))
 
     @property
     def bisecting(self) -> bool:
-        return self.limit is not None or bool(self._poisoned)
+        return self._bisection.active
 
     # -- commit --------------------------------------------------------------------------------
     def commit(self, group_metadata: Callable[[], Any] | None = None) -> Outcome:
@@ -260,8 +256,7 @@ class Checkpoint:
         self.is_open = False
         self._failures = 0
         self._count = 0
-        if self.limit is not None:
-            self._count_success()
+        self._bisection.committed()
 
     # -- failure -------------------------------------------------------------------------------
     def abort(self, exc: KafkaClientError) -> Outcome:
@@ -299,7 +294,7 @@ class Checkpoint:
         for s in self._staged:
             s.rollback()
         self._rewind()
-        self._bisect(exc, count)
+        self._bisection.failed(exc, count, self._last)
         return outcome
 
     def _renew(self, exc: KafkaClientError) -> None:
@@ -369,41 +364,3 @@ class Checkpoint:
         if self._failures:
             self._stop.wait(min(5.0, 0.1 * 2 ** min(self._failures, 6)))
         self._failures += 1
-
-    # -- bisection -----------------------------------------------------------------------------
-    def _bisect(self, exc: KafkaClientError, count: int) -> None:
-        if not (exc.refused or isinstance(exc, RecordRefusedError)):
-            return
-        failed = self.producer.report.take()
-        where = f" (delivery to {failed[0]}: {failed[1]})" if failed is not None else ""
-        if count <= 1 and self._last is not None:
-            self._poisoned[self._last] = f"{exc.code}: {exc}{where}"
-            log.warning("input record %s[%d]@%d produces a record Kafka refuses%s: dead-lettering it",
-                        *self._last, where)
-        else:
-            self._limit_goal = max(self._limit_goal, count)
-            self.limit = max(1, count // 2)
-            log.warning("Kafka refused a record of the transaction%s: finding its input record "
-                        "(%d records a transaction now)", where, self.limit)
-        self.producer.report_each(True)
-
-    def _count_success(self) -> None:
-        assert self.limit is not None
-        self.limit *= 2
-        if self.limit > max(self._limit_goal, 1):
-            self.limit = None
-            self._limit_goal = 0
-            self.producer.report_each(False)
-
-    def forget_poison(self, topic: str, partition: int, offset: int) -> None:
-        """The poisoned record was dead-lettered (and that committed)."""
-        self._poisoned.pop((topic, partition, offset), None)
-        if not self._poisoned and self.limit is None:
-            self.producer.report_each(False)
-
-    def wait(self, seconds: float) -> None:
-        """Sleep unless asked to stop."""
-        self._stop.wait(seconds)
-
-    def now(self) -> float:
-        return time.monotonic()

@@ -82,7 +82,7 @@ class Processing:
         poison = ckpt.poison_of(topic, p, offset)
         if poison is not None:
             self.refuse(msg, "output-refused", poison)
-            ckpt.forget_poison(topic, p, offset)
+            ckpt.poison_settled(topic, p, offset)
             return
         event = to_event(msg, self.codec, decoded)
         if isinstance(event, Rejected):

@@ -1,0 +1,60 @@
+"""Listeners suspended on this worker (their expressions over budget), and the status
+records that say so (``<name>/status/<worker>``, shown by ``fifolane listeners describe``).
+
+A suspension holds for the registration it was made for: registering the listener again (a
+new ``created_at``) lifts it. A status record is produced at the next safe point and produced
+again if its transaction aborts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from listeners.registry_view import status_record
+
+__all__ = ["Suspensions"]
+
+Produce = Callable[..., None]
+
+
+class Suspensions:
+    """Suspended listeners of one worker and their pending status records."""
+
+    def __init__(self, registry_topic: str) -> None:
+        self._topic = registry_topic
+        self._held: dict[str, tuple[str, str]] = {}  # name -> (registration, reason)
+        self._out: list[tuple[bytes, bytes]] = []  # to produce at the next safe point
+        self._sent: list[tuple[bytes, bytes]] = []  # produced, not yet committed
+
+    def suspend(self, name: str, registration: str, reason: str, worker_id: str) -> None:
+        self._held[name] = (registration, reason)
+        self._out.append(status_record(name, worker_id, "suspended", reason, registration))
+
+    def holds(self, name: str, registration: str | None) -> bool:
+        """Whether ``name`` is suspended for this registration (a new one lifts it)."""
+        held = self._held.get(name)
+        if held is None:
+            return False
+        if held[0] != registration:
+            del self._held[name]
+            return False
+        return True
+
+    def reasons(self) -> dict[str, str]:
+        return {name: reason for name, (_reg, reason) in self._held.items()}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # -- the status records, at safe points -----------------------------------------------------
+    def flush(self, produce: Produce) -> None:
+        for key, value in self._out:
+            produce(self._topic, value, key, 0)
+        self._sent, self._out = self._out, []
+
+    def commit(self) -> None:
+        self._sent.clear()
+
+    def rollback(self) -> None:
+        self._out = self._sent + self._out
+        self._sent = []

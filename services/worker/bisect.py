@@ -1,0 +1,85 @@
+"""Finding the input record whose output Kafka refuses, by bisecting transactions.
+
+A transaction fails as a whole when Kafka refuses one of its records for what it is (too
+large for its topic, invalid there: :data:`services.worker.kafka.RECORD_ERRORS`); replayed as
+it was, it would fail again, for ever. So after such a failure the checkpoint limits the input
+records per transaction (:meth:`Bisection.room`) to half of the failed one's, halving again
+after each such failure, until a transaction of one input record fails: that record is
+*poisoned* (:meth:`Bisection.poison_of`), and when it comes again the worker dead-letters it
+(reason ``output-refused``) instead of processing it. Each successful transaction doubles the
+limit again, up to the size of the first failed one; then the limit is lifted. While
+bisecting, the producer reports each record's delivery, so the log names the refused one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fifolane.errors import KafkaClientError
+from services.worker.kafka import TxnProducer
+
+__all__ = ["Bisection"]
+
+log = logging.getLogger(__name__)
+
+#: An input record: topic, partition, offset.
+Origin = tuple[str, int, int]
+
+
+class Bisection:
+    """The bisection state of one worker's transactions (see the module docstring)."""
+
+    def __init__(self, producer: TxnProducer) -> None:
+        self._producer = producer
+        #: max input records per transaction (None: no limit)
+        self.limit: int | None = None
+        self._goal = 0
+        self._poisoned: dict[Origin, str] = {}
+        self._settled: list[Origin] = []  # poisoned records dead-lettered in the open transaction
+
+    @property
+    def active(self) -> bool:
+        return self.limit is not None or bool(self._poisoned)
+
+    def room(self, count: int) -> int | None:
+        """How many more input records a transaction that has ``count`` may take."""
+        return None if self.limit is None else max(0, self.limit - count)
+
+    def poison_of(self, origin: Origin) -> str | None:
+        """Why Kafka refused what this input record produced, if it did."""
+        return self._poisoned.get(origin) if self._poisoned else None
+
+    def dead_lettered(self, origin: Origin) -> None:
+        """The worker dead-lettered a poisoned record in the open transaction."""
+        self._settled.append(origin)
+
+    def failed(self, exc: KafkaClientError, count: int, last: Origin | None) -> None:
+        """A transaction of ``count`` input records (the last one ``last``) aborted."""
+        self._settled.clear()
+        if not exc.refused:
+            return
+        failed = self._producer.report.take()
+        where = f" (delivery to {failed[0]}: {failed[1]})" if failed is not None else ""
+        if count <= 1 and last is not None:
+            self._poisoned[last] = f"{exc.code}: {exc}{where}"
+            log.warning("input record %s[%d]@%d produces a record Kafka refuses%s: dead-lettering it",
+                        *last, where)
+        else:
+            self._goal = max(self._goal, count)
+            self.limit = max(1, count // 2)
+            log.warning("Kafka refused a record of the transaction%s: finding its input record "
+                        "(%d records a transaction now)", where, self.limit)
+        self._producer.report_each(True)
+
+    def committed(self) -> None:
+        """A transaction committed: poisoned records it dead-lettered are done with."""
+        for origin in self._settled:
+            self._poisoned.pop(origin, None)
+        self._settled.clear()
+        if self.limit is not None:
+            self.limit *= 2
+            if self.limit > max(self._goal, 1):
+                self.limit = None
+                self._goal = 0
+        if not self.active:
+            self._producer.report_each(False)
