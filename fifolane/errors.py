@@ -12,6 +12,8 @@
     ├── ExpressionError        an invalid CEL filter/converter (with position)
     ├── ListenerError          a listener registration problem (name clash, unknown name)
     ├── WorkerError            a worker cannot run: no access, duplicate worker id, bad app
+    │   ├── AppError           an app or handler uses the handler API wrongly
+    │   └── StateError         local state used wrongly (a scan without a group index)
     └── KafkaClientError       a Kafka client call failed (mapped once, in services/worker/kafka.py)
         ├── KafkaRetriableError      it may pass: call again (broker down, time-out)
         ├── TransactionAbortedError  the open transaction must be aborted, then replayed
@@ -43,6 +45,8 @@ __all__ = [
     "UnknownSchemaError",
     "ValidationError",
     "WorkerError",
+    "AppError",
+    "StateError",
 ]
 
 
@@ -98,6 +102,14 @@ class ListenerError(FifolaneError):
 class WorkerError(FifolaneError):
     """A worker cannot run as configured (says what to fix): no access to a role topic,
     another worker with the same ``--worker-id``, an app that cannot be loaded."""
+
+
+class AppError(WorkerError):
+    """An app or a handler uses the handler API wrongly (says what to change)."""
+
+
+class StateError(WorkerError):
+    """The worker's local state was used in a way it does not support."""
 
 
 class KafkaClientError(FifolaneError):

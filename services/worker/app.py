@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from fifolane.errors import AppError
 
 __all__ = ["App", "Event", "GroupState", "HandlerSpec", "Output", "load_app", "table_handler"]
 
@@ -109,13 +113,13 @@ class App:
     def handler(self, *types: str, inline: bool = False) -> Callable[[HandlerFn], HandlerFn]:
         """Register ``fn`` for the given event types (entity type names from schemas/)."""
         if not types:
-            raise TypeError("App.handler needs at least one event type, e.g. @app.handler('reservation')")
+            raise AppError("App.handler needs at least one event type, e.g. @app.handler('reservation')")
 
         def register(fn: HandlerFn) -> HandlerFn:
             spec = HandlerSpec(fn, asyncio.iscoroutinefunction(fn), inline=inline)
             for t in types:
                 if t in self._handlers:
-                    raise ValueError(f"app {self.name!r}: type {t!r} already has a handler")
+                    raise AppError(f"app {self.name!r}: type {t!r} already has a handler")
                 self._handlers[t] = spec
             return fn
 
@@ -130,13 +134,22 @@ class App:
 
 
 def load_app(spec: str | None) -> App:
-    """Import ``module:attr`` (the ``--app`` option); None gives the table-only app."""
+    """Import ``module:attr`` (the ``--app`` option); None gives the table-only app.
+
+    The module is looked up on ``sys.path`` and then in the current directory (an app next to
+    where the worker is started, like ``examples.flights`` in a checkout)."""
     if not spec:
         return App()
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name) or os.getcwd() in sys.path:
+            raise
+        sys.path.insert(0, os.getcwd())
+        module = importlib.import_module(module_name)
     app = getattr(module, attr or "app")
     if not isinstance(app, App):
-        raise TypeError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
+        raise AppError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
     return app
 

@@ -13,6 +13,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from fifolane.errors import AppError
 from services.worker.app import Event, HandlerSpec, Output
 from services.worker.effects import CallState, Effects
 from services.worker.state import PartitionStore
@@ -160,7 +161,7 @@ def _collect(state: CallState, result: Any) -> None:
     outputs = [result] if isinstance(result, Output) else list(result)
     for out in outputs:
         if not isinstance(out, Output):
-            raise TypeError(f"a handler may return None or Output records, got {type(out).__name__}")
+            raise AppError(f"a handler may return None or Output records, got {type(out).__name__}")
         state.effects.outputs.append(out)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from fifolane.errors import AppError
 from services.worker.app import Event, Output
 from services.worker.limits import Limits, record_size
 from services.worker.state import MAX_VERSION, MIN_VERSION, PartitionStore
@@ -73,12 +74,12 @@ class CallState:
         et = self.catalog.entity(type_name)
         key, group, version = et.key_of(value), et.group_of(value), et.version_of(value)
         if key is None or group is None or version is None:
-            raise ValueError(
+            raise AppError(
                 f"put({type_name!r}): the value needs its key ({et.key_path}), "
                 f"group ({et.group_path}) and version ({et.version_field})"
             )
         if str(group) != self.event.group:
-            raise ValueError(
+            raise AppError(
                 f"put({type_name!r}): entity belongs to group {group!r} but the handler runs "
                 f"for group {self.event.group!r}; a handler may only write its own group"
             )

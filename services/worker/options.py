@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from fifolane.errors import ConfigError
+
 __all__ = ["GUARANTEES", "WorkerOptions", "default_worker_id"]
 
 GUARANTEES = ("exactly-once", "at-least-once")
@@ -46,12 +48,12 @@ class WorkerOptions:
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:
-            raise ValueError(f"guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
+            raise ConfigError(f"guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
         if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+            raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.commit_interval <= 0:
-            raise ValueError(f"commit_interval must be > 0 seconds, got {self.commit_interval}")
+            raise ConfigError(f"commit_interval must be > 0 seconds, got {self.commit_interval}")
         if self.retries < 0:
-            raise ValueError(f"retries must be >= 0, got {self.retries}")
+            raise ConfigError(f"retries must be >= 0, got {self.retries}")
         if not self.worker_id or any(c.isspace() for c in self.worker_id):
-            raise ValueError(f"worker_id must be a non-empty word, got {self.worker_id!r}")
+            raise ConfigError(f"worker_id must be a non-empty word, got {self.worker_id!r}")

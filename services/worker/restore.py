@@ -30,8 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from fifolane.errors import KafkaRetriableError
-from services.worker.kafka import Record
+from services.worker.kafka import Record, map_error
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
@@ -85,7 +84,7 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=30)
         except KafkaException as exc:
-            raise KafkaRetriableError(f"restore of {topic}[{partition}]: {exc}") from exc
+            raise map_error(exc, f"restore of {topic}[{partition}]") from exc
         if until is not None:
             high = min(high, until)
         start = store.changelog_offset
@@ -149,7 +148,7 @@ def _replay(consumer: Consumer, store: PartitionStore, topic: str, partition: in
                 if err.code() == KafkaError._PARTITION_EOF:
                     eof = True
                     continue
-                raise KafkaRetriableError(f"restore of {topic}[{partition}] failed: {err}")
+                raise map_error(err, f"restore of {topic}[{partition}]")
             offset = msg.offset()
             if offset is None or offset >= high:
                 at_end = True

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
+from fifolane.errors import ConfigError
+
 __all__ = ["GroupScheduler"]
 
 
@@ -32,7 +34,7 @@ class GroupScheduler(Generic[E]):
 
     def __init__(self, concurrency: int) -> None:
         if concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+            raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.queues: dict[str, deque[E]] = {}  # groups with queued or in-flight events
         self.busy: set[str] = set()  # groups with an event in flight

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
+from fifolane.errors import StateError
+
 __all__ = [
     "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
     "RestoredRow", "Row", "StoreManager", "ValueReader",
@@ -85,7 +87,7 @@ class Row:
         """A packed row (not a raw one: see :meth:`PartitionStore.unpack`)."""
         version, flags, glen = _ROW.unpack_from(data)
         if flags & _FLAG_RAW:
-            raise ValueError("a raw row: read it with PartitionStore.unpack")
+            raise StateError("a raw row: read it with PartitionStore.unpack")
         start = _ROW.size
         group = data[start : start + glen].decode()
         deleted = bool(flags & _FLAG_DELETED)
@@ -151,7 +153,7 @@ class PartitionStore:
     def scan_group(self, group: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Row]]:
         """Live (not deleted) entities of a group, optionally of keys starting with prefix."""
         if not self.group_index:
-            raise RuntimeError("this store keeps no group index (the worker has no app handlers)")
+            raise StateError("this store keeps no group index (the worker has no app handlers)")
         seen: set[bytes] = set()
         start = _index_key(group, prefix)
         it = self.db.iter()

@@ -21,7 +21,7 @@ from fake_kafka import FakeClients, FakeMsg
 from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
-from fifolane.errors import TransactionAbortedError
+from fifolane.errors import StateError, TransactionAbortedError
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.serde.codec import SingleObjectCodec
 from services.worker.app import App, Event, GroupState
@@ -307,7 +307,7 @@ def test_store_without_group_index(tmp_path: Path) -> None:
     st.commit(5)
     keys = [bytes(k) for k in st.db.keys()]  # noqa: SIM118 - Rdict iteration yields items
     assert b"e:reservation/R1" in keys and not [k for k in keys if k.startswith(b"i:")]
-    with pytest.raises(RuntimeError, match="no group index"):
+    with pytest.raises(StateError, match="no group index"):
         list(st.scan_group("F1"))
     st.restore_batch([(b"reservation/R2", 1, False, "F1", b"v2")], 9)
     assert not [k for k in st.db.keys() if bytes(k).startswith(b"i:")]  # noqa: SIM118
