@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from fifolane.serde.catalog import EntityType
+from fifolane.serde.entity import EntityType
 from listeners.index import lookup
 from listeners.plan import Known
 from services.worker.sink import Row

@@ -129,7 +129,7 @@ def _plain(v: Any) -> bool:
     if t is float:
         return not math.isnan(v)
     if t is int:
-        return _INT64[0] <= v <= _INT64[1]
+        return bool(_INT64[0] <= v <= _INT64[1])
     return True
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fifolane.serde.catalog import EntityType
+from fifolane.serde.entity import EntityType
 from services.worker.sink import Row
 
 __all__ = ["QuietRegistry", "StandInContext"]

@@ -50,9 +50,11 @@ class WriterSchema:
 def parse(raw: Any, where: str) -> dict[str, Any]:
     """fastavro-parse one raw schema (own named-type namespace), wrapping its errors."""
     try:
-        parsed: Any = fastavro.parse_schema(raw, named_schemas={})
+        parsed = fastavro.parse_schema(raw, named_schemas={})
     except (SchemaParseException, ValueError, TypeError, KeyError) as exc:
         raise SchemaError(f"{where}: invalid Avro schema: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise SchemaError(f"{where}: expected an Avro record schema, got {type(parsed).__name__}")
     return parsed
 
 

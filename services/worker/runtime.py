@@ -34,7 +34,7 @@ from confluent_kafka import TopicPartition
 from fifolane.config import Settings
 from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
-from fifolane.serde.catalog import EntityType
+from fifolane.serde.entity import EntityType
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics

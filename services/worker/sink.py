@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator
 from typing import Any, Protocol
 
-from fifolane.serde.catalog import EntityType
+from fifolane.serde.entity import EntityType
 from services.worker.state import Row
 
 __all__ = ["ChangeSink", "Row", "SinkContext"]
