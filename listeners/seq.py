@@ -1,4 +1,4 @@
-"""Delta-well-ordered sequence numbers (DESIGN.md §4, seed 004).
+"""Delta-well-ordered sequence numbers (seed 004; docs/formats.md, notifications).
 
 Per listener and source partition, the owner of the partition numbers notifications
 ``base, base + 1, base + 2, ...``. ``base = epoch * DELTA`` where ``epoch`` is the time of the

@@ -1,6 +1,6 @@
 """The rules: what a history must look like if fifolane kept its promises.
 
-Reference semantics (DESIGN.md sections 1 and 2):
+Reference semantics (docs/formats.md, the README's guarantees):
 
 - Events of a group are handled in ``seq`` order. An event is *stale* when its version is
   not newer than the highest version of its entity among the group's earlier events; a

@@ -1,6 +1,6 @@
 """Listener notification streams: gaps, duplicates and order of sequence numbers.
 
-Per listener and source partition (DESIGN.md section 4), seqs are consecutive within a
+Per listener and source partition (docs/formats.md, notifications), seqs are consecutive within a
 stable run; after a failover they jump by at least :data:`FAILOVER_DELTA`. A duplicate
 is allowed only as an exact repeat (same seq, same payload), which a consumer drops.
 """
@@ -17,7 +17,7 @@ from fifolane.testing.report import Report
 
 __all__ = ["FAILOVER_DELTA", "check_notifications", "materialize"]
 
-#: The seq jump that marks a failover (a new run), D in DESIGN.md: ``listeners.seq.DELTA``.
+#: The seq jump that marks a failover (a new run), D of docs/formats.md: ``listeners.seq.DELTA``.
 #: A new run starts at ``epoch_ms * D``, so two runs one second apart differ by about
 #: 1000 * D; a larger D here (it was 2**32 = 1024 * D) reported quick hand-overs as gaps.
 FAILOVER_DELTA = 1 << 22

@@ -103,7 +103,7 @@ class FakeConsumer:
         self.batches: list[list[FakeMsg]] = []
         self.seeks: list[tuple[str, int, int]] = []
         self.paused: set[tuple[str, int]] = set()
-        self._committed = committed
+        self.offsets = committed
         self.callbacks: dict[str, Callable[..., None]] = {}
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
@@ -119,7 +119,7 @@ class FakeConsumer:
         return object()
 
     def committed(self, partitions: list[Any], timeout: float) -> dict[tuple[str, int], int | None]:
-        return {(tp.topic, tp.partition): self._committed.get((tp.topic, tp.partition)) for tp in partitions}
+        return {(tp.topic, tp.partition): self.offsets.get((tp.topic, tp.partition)) for tp in partitions}
 
     def commit(self, offsets: list[Any]) -> None:
         pass

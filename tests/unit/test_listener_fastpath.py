@@ -4,7 +4,7 @@
 lookup needs it (the equality index reads the group and key fields of the old state from the
 stored row and the entity key), runs simple filters natively and builds notification JSON from
 parts. Checked here against (1) a brute-force reference that evaluates every listener with CEL
-on complete contexts (DESIGN.md §3 view semantics) and (2) ``ListenerSet.match`` on the
+on complete contexts (the view semantics of docs/formats.md) and (2) ``ListenerSet.match`` on the
 decoded change, on random listeners and random changes.
 """
 

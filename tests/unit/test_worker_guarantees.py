@@ -101,7 +101,7 @@ def test_commit_that_timed_out_here_but_committed_there_is_kept(tmp_path: Path) 
     lost = KafkaRetriableError("commit_transaction: timed out", code="_TIMED_OUT", retriable=True)
 
     def commit(timeout: float) -> None:
-        clients.fake_consumer._committed[("in", 0)] = 102  # the broker did commit  # noqa: SLF001
+        clients.fake_consumer.offsets[("in", 0)] = 102  # the broker did commit
         raise lost
 
     clients.fake_producer.commit = commit  # type: ignore[method-assign]
