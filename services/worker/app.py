@@ -75,6 +75,9 @@ class GroupState(Protocol):
 
     def scan(self, type_name: str) -> list[dict[str, Any]]: ...
 
+    def put_children(self, type_name: str, root_key: str, version: int,
+                     children: Iterable[dict[str, Any]]) -> None: ...
+
     def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
              headers: Iterable[tuple[str, bytes]] = ()) -> None: ...
 

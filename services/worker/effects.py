@@ -93,6 +93,51 @@ class CallState:
         self.effects.writes.pop(w.entity_key, None)
         self.effects.writes[w.entity_key] = w
 
+    def put_children(self, type_name: str, root_key: str, version: int,
+                     children: Iterable[dict[str, Any]]) -> None:
+        """Split records (SMILA's resequencer): make ``children`` the whole set of children of
+        the root ``root_key``, at the root's ``version``.
+
+        A child is an entity of ``type_name`` in this group whose key is
+        ``<root_key>/<its own part>``; it carries the root's version (set here when the record
+        has none). Children that an earlier version of the root produced and this one does not
+        are deleted, and the children of a deleted root go with it
+        (``put_children(type, key, delete_version, [])``). The root's version is kept as a
+        marker, ``<type>/<root_key>/`` (a deleted entity, so a tombstone with that version on
+        the state topic): a root not newer than the marker changes nothing, also one whose
+        newer version had fewer children.
+        """
+        et = self.catalog.entity(type_name)
+        prefix = f"{root_key}/"
+        marker = self.effects.writes.get(f"{type_name}/{prefix}".encode())
+        applied = marker.version if marker is not None else None
+        if applied is None:
+            row = self.store.get(f"{type_name}/{prefix}".encode())
+            applied = row.version if row is not None else None
+        if applied is not None and version <= applied:
+            return  # an older (or the same) root: its children are stale
+        keep: set[str] = set()
+        for child in children:
+            record = dict(child)
+            if et.version_of(record) is None:
+                record[et.version_field] = version
+            key = et.key_of(record)
+            if not isinstance(key, str) or not key.startswith(prefix) or len(key) == len(prefix):
+                raise AppError(f"put_children({type_name!r}, {root_key!r}): a child's key must be "
+                               f"'{prefix}<part>', got {key!r}")
+            if et.version_of(record) != version:
+                raise AppError(f"put_children({type_name!r}, {root_key!r}): child {key!r} has version "
+                               f"{et.version_of(record)!r}, not the root's {version}")
+            self.put(type_name, record)
+            keep.add(key)
+        existing = {ekey.decode().split("/", 1)[1]
+                    for ekey, _row in self.store.scan_group(self.event.group, f"{type_name}/{prefix}".encode())}
+        existing |= {w.key for w in self.effects.writes.values()
+                     if w.type == type_name and w.key.startswith(prefix) and w.value is not None}
+        for key in sorted(existing - keep):
+            self.delete(type_name, key, version)
+        self.delete(type_name, prefix, version)  # the marker
+
     def scan(self, type_name: str) -> list[dict[str, Any]]:
         prefix = f"{type_name}/".encode()
         out: dict[bytes, dict[str, Any]] = {}
