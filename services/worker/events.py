@@ -89,10 +89,38 @@ class Processing:
             self.refuse(msg, event.reason, event.error)
             return
         spec = self.app.handler_for(event.type) if event.op != "move-out" else None
-        if spec is not None and spec.inline and not self.sched.has_group(event.group):
+        if event.op == "upsert" and self.app.stages_of(event.type):
+            spec = self._stage(event) or spec
+        if spec is not None and spec.inline and not self.sched.has_group(event.lane):
             self._run_inline(event, spec)
         else:
             self.sched.submit(event)
+
+    def _stage(self, event: Event) -> HandlerSpec | None:
+        """The stage handler of an event of a staged type (its group index value names the
+        stage), which then runs in the lane of its group's stage; None: no handler there."""
+        stages = self.app.stages_of(event.type)
+        index = self.codec.catalog.entity(event.type).group_index_of
+        stage = index(event.value) if stages and index is not None and event.value is not None else None
+        spec = stages.get(str(stage)) if stages and stage is not None else None
+        if spec is not None:
+            event.stage = str(stage)
+            event.lane = f"{event.group}\x00{stage}"
+        return spec
+
+    def _next_stage(self, event: Event, effects: Effects) -> None:
+        """After a stage handler's effects: the entities it moved to another stage go on to
+        that stage's handler (an event in that lane, the same version), once per stage."""
+        passed = event.passed | {event.stage} if event.stage is not None else event.passed
+        for w in effects.writes.values():
+            if w.record is None or not self.app.stages_of(w.type):
+                continue
+            nxt = Event(w.type, w.key, w.group, w.version, "upsert", w.record, event.partition,
+                        event.offset, event.timestamp, w.value or b"", event.headers)
+            if self._stage(nxt) is None or nxt.stage in passed:
+                continue  # no handler there, or a stage it passed already (no loops)
+            nxt.passed = passed
+            self.sched.submit(nxt)
 
     def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
         if spec.fn is table_handler:
@@ -115,12 +143,19 @@ class Processing:
             self.sched.complete(event)
             return
         spec = self.app.handler_for(event.type)
+        if event.stage is not None:
+            spec = self.app.stages_of(event.type)[event.stage]  # type: ignore[index]
         if spec.fn is table_handler:
             self._apply_table(event)
             self.sched.complete(event)
             return
-        if table.prior(event.entity_key, event.version) is STALE:
-            self.stats.superseded += 1
+        # An event of a later stage has the version its earlier stage wrote: stale only if a
+        # newer version came meanwhile.
+        if table.prior(event.entity_key, event.version + bool(event.passed)) is STALE:
+            if event.passed:
+                self.stats.stage_superseded += 1
+            else:
+                self.stats.superseded += 1
             self.sched.complete(event)
             return
         if spec.inline:
@@ -196,16 +231,21 @@ class Processing:
                 self._refuse_event(event, refused.reason, refused.error)
                 return
             self._apply(event, effects)
-            self.stats.processed += 1
+            if event.stage is not None:
+                self._next_stage(event, effects)
+            if not event.passed:
+                self.stats.processed += 1  # once per input event, not per stage
         finally:
             if scheduled:
                 self.sched.complete(event)
 
     def _apply(self, event: Event, effects: Effects) -> None:
         table = self.tables[event.partition]
+        own = event.entity_key if event.stage is not None else None
         for ekey, w in effects.writes.items():
+            # a stage handler moves its entity on at the version it has
             outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
-                                  event.offset, event.timestamp)
+                                  event.offset, event.timestamp, same_version=ekey == own)
             if outcome == APPLIED:
                 self.stats.state_writes += 1
             else:
@@ -222,18 +262,26 @@ class Processing:
                           msg.offset(), reason, error)
 
     def _refuse_event(self, event: Event, reason: str, error: str) -> None:
+        # An event of a later stage: its input record is counted already (by its first
+        # stage), so this dead letter is counted as a stage failure instead.
+        if event.stage is not None:
+            error = f"stage {event.stage}: {error}"
         self.dead_letter(event.group.encode(), event.raw, event.headers, self.topics.input,
-                          event.partition, event.offset, reason, error)
+                         event.partition, event.offset, reason, error, counted=not event.passed)
+        if event.passed:
+            self.stats.stage_failures += 1
 
     def dead_letter(self, key: bytes | None, value: bytes | None, headers: Any, topic: str,
-                    partition: int, offset: int, reason: str, error: str) -> None:
-        """Send a record to the dead-letter topic in the open transaction (cut to fit)."""
+                    partition: int, offset: int, reason: str, error: str, *, counted: bool = True) -> None:
+        """Send a record to the dead-letter topic in the open transaction (cut to fit);
+        ``counted``: it accounts for its input record (dead_lettered)."""
         dlq = self._dlq
         key, value, hdrs = dead_letter(key, value, headers, topic=topic, partition=partition,
                                        offset=offset, reason=reason, error=error,
                                        worker_id=self._worker_id, room=self.limits.room(dlq))
         self.ckpt.produce(dlq, value, key, -1, hdrs)
-        self.stats.dead_lettered += 1
+        if counted:
+            self.stats.dead_lettered += 1
         self.stats.dead_letter_reasons[reason] += 1
 
     def drain(self) -> None:

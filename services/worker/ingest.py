@@ -89,7 +89,7 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
     if bad is not None:
         return bad
     return Event(et.name, str(key), group, version, op, value_rec,  # type: ignore[arg-type]
-                 msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [])
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [], group)
 
 
 def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
@@ -112,4 +112,4 @@ def _control_event(msg: Any, control: bytes, value: bytes | None, headers: list[
         return Rejected("undecodable", move)
     type_name, _, key = move.key.decode().partition("/")
     return Event(type_name, key, group, move.version, "move-out", {"to": move.to_group, "to_deleted": move.to_deleted},
-                 msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers)
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers, group)

@@ -25,6 +25,8 @@ class Stats:
     dead_lettered: int = 0
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
     writes_superseded: int = 0
+    stage_superseded: int = 0  # events of a later pipeline stage whose entity has a newer version
+    stage_failures: int = 0  # events of a later pipeline stage that were dead-lettered
     handler_retries: int = 0
     state_writes: int = 0
     outputs: int = 0

@@ -32,7 +32,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from fifolane.config import Settings
-from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
+from fifolane.errors import AppError, KafkaClientError, TransactionAbortedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.serde.entity import EntityType
 from fifolane.serde.state_records import StateRecordReader
@@ -76,6 +76,11 @@ class Worker:
         self.app = app or App()
         self.opts = options or WorkerOptions(worker_id="worker")
         self.catalog = catalog or SchemaCatalog.load(settings.schemas_dir)
+        for type_name in self.app.types:
+            entity = self.catalog.entity(type_name)  # an unknown type is refused here
+            if self.app.stages_of(type_name) and entity.group_index_of is None:
+                raise AppError(f"app {self.app.name!r}: type {type_name!r} has stage handlers but no "
+                               "fifolane.group_index field to hold its stage (docs/formats.md)")
         self.codec = make_codec(settings, self.catalog)
         self.group_id = self.opts.group_id or f"fifolane-{self.app.name}"
         self.eos = self.opts.guarantee == "exactly-once"
@@ -108,7 +113,7 @@ class Worker:
         self._table_types: dict[str, TableType] = {
             t.name: (f"{t.name}/".encode(), t.name.encode(), t.key_path, t.group_path, t.version_field)
             for t in self.catalog
-            if self.app.handler_for(t.name).fn is table_handler
+            if self.app.handler_for(t.name).fn is table_handler and not self.app.stages_of(t.name)
             and "." not in t.key_path + t.group_path + t.version_field
         } if self.opts.fast_path else {}
         self.consumer: WorkerConsumer | None = None

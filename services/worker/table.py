@@ -124,11 +124,12 @@ class TableApplier:
         return APPLIED
 
     def write(self, ekey: bytes, new: Row, record: dict[str, Any] | None, offset: int | None,
-              ts: int, *, moved_to: str | None = None) -> int:
+              ts: int, *, moved_to: str | None = None, same_version: bool = False) -> int:
         """Apply a write of a whole row: a delete (``new.deleted``) or a handler's write.
         ``moved_to``: a move-out (services/worker/directory.py), already decided by its own
-        rule (which also settles equal versions), so not checked here."""
-        old = self.prior(ekey, new.version) if moved_to is None else self.latest(ekey)
+        rule (which also settles equal versions), so not checked here. ``same_version``: the
+        write may have the applied version (a stage handler moving its entity on)."""
+        old = self.prior(ekey, new.version + same_version) if moved_to is None else self.latest(ekey)
         if old is STALE:
             return STALE
         if new.value is not None and len(ekey) + len(new.value) > self.room:
