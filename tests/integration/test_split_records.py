@@ -59,7 +59,7 @@ def test_split_records_follow_the_root(settings: Settings, topics: Any, store_ro
     rt = ListenerRuntime(settings)
     events = []
     want: dict[str, int] = {}
-    for i, (name, ops, left) in enumerate(CASES):
+    for i, (_name, ops, left) in enumerate(CASES):
         rid, flight = f"R{i}", f"F{i}"
         for version, seats in ops:
             record = reservation(rid, flight, version, seats=seats or 1)
