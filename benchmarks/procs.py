@@ -35,6 +35,7 @@ def child_env(settings: Settings) -> dict[str, str]:
         "FIFOLANE_REGISTRY_TOPIC": settings.registry_topic, "FIFOLANE_DLQ_TOPIC": settings.dlq_topic,
         "FIFOLANE_LISTENER_OUTPUT_TOPIC": settings.listener_output_topic,
         "FIFOLANE_DIRECTORY_TOPIC": settings.directory_topic,
+        "FIFOLANE_PARKED_TOPIC": settings.parked_topic,
         "FIFOLANE_HOME": str(settings.home), "FIFOLANE_PARTITIONS": str(settings.partitions),
         "FIFOLANE_LOG_LEVEL": "INFO",
         "PYTHONPATH": str(PROJECT_ROOT),

@@ -79,6 +79,7 @@ def make_settings(bootstrap: str, home: Path | None = None, **overrides: Any) ->
         "dlq_topic": f"test.dlq.{suffix}",
         "listener_output_topic": f"test.notifications.{suffix}",
         "directory_topic": f"test.directory.{suffix}",
+        "parked_topic": f"test.parked.{suffix}",
         "partitions": 3,
     }
     if home is not None:

@@ -25,6 +25,9 @@ __all__ = ["worker"]
               help="Seconds between checkpoints (transactions).")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="Handler retries before an event is dead-lettered.")
+@click.option("--on-failure", type=click.Choice(["skip", "park"]), default="skip", show_default=True,
+              help="After the retries: skip (dead-letter the event, the group goes on) or park "
+                   "(hold the group's events until `fifolane groups release`).")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
               help="RocksDB directory (default: <home>/state/<worker-id>).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
@@ -35,7 +38,7 @@ __all__ = ["worker"]
 @click.option("--listeners/--no-listeners", default=True, show_default=True,
               help="Evaluate registered cluster listeners.")
 def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_id: str | None,
-           guarantee: str, commit_interval: float, retries: int, state_dir: Path | None,
+           guarantee: str, commit_interval: float, retries: int, on_failure: str, state_dir: Path | None,
            metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
     from fifolane.config import load_settings
@@ -48,6 +51,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]
         commit_interval=commit_interval, retries=retries, state_dir=state_dir,
+        on_failure=on_failure,  # type: ignore[arg-type]
         metrics_port=metrics_port, metrics_host=metrics_host, stats_file=stats_file,
         # A stable id given by the operator: static membership, so a restart (or a crash and
         # restart within the session timeout) takes its partitions back without a rebalance.

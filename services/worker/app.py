@@ -41,7 +41,7 @@ class Event:
     key: str
     group: str
     version: int
-    op: Literal["upsert", "delete", "move-out"]
+    op: Literal["upsert", "delete", "move-out", "release"]
     value: dict[str, Any] | None
     partition: int
     offset: int
@@ -55,6 +55,8 @@ class Event:
     stage: str | None = None
     #: Stages this entity version already passed (an event made by an earlier stage).
     passed: frozenset[str] = frozenset()
+    #: A held event of a parked group, replayed on its release.
+    replay: bool = False
 
     def __post_init__(self) -> None:
         if not self.lane:
@@ -160,6 +162,15 @@ class App:
         """The handler of a type's events (the built-in table handler if it has none, and
         for the events of a staged type whose stage has no handler)."""
         return self._handlers.get(type_name, _TABLE)
+
+    def check(self, catalog: Any) -> None:
+        """Refuse handlers of unknown types, and stage handlers of a type without a
+        ``fifolane.group_index`` field to hold the stage (:class:`AppError`)."""
+        for type_name in self.types:
+            entity = catalog.entity(type_name)  # an unknown type is refused there
+            if self.stages_of(type_name) and entity.group_index_of is None:
+                raise AppError(f"app {self.name!r}: type {type_name!r} has stage handlers but no "
+                               "fifolane.group_index field to hold its stage (docs/formats.md)")
 
     def stages_of(self, type_name: str) -> dict[str, HandlerSpec] | None:
         """The stage handlers of a type (None: it has none)."""

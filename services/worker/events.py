@@ -28,6 +28,7 @@ from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
+from services.worker.parking import Held, Parking
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import Row
 from services.worker.table import APPLIED, STALE, Claim, TableApplier
@@ -43,7 +44,8 @@ class Processing:
     def __init__(self, *, app: App, codec: Any, topics: Topics, state_topic: str, dlq_topic: str,
                  worker_id: str, ckpt: Checkpoint, tables: Mapping[int, TableApplier],
                  directories: Mapping[int, DirectoryApplier], sched: GroupScheduler[Event],
-                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim) -> None:
+                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim,
+                 parking: Parking | None = None, park_failures: bool = False) -> None:
         self.app = app
         self.codec = codec
         self.topics = topics
@@ -58,6 +60,8 @@ class Processing:
         self.limits = limits
         self.stats = stats
         self._claim = claim
+        self.parking = parking
+        self.park_failures = park_failures  # --on-failure park
         self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
@@ -88,7 +92,14 @@ class Processing:
         if isinstance(event, Rejected):
             self.refuse(msg, event.reason, event.error)
             return
-        spec = self.app.handler_for(event.type) if event.op != "move-out" else None
+        if self.parking and event.group in self.parking.groups and event.op not in ("release", "move-out"):
+            self._hold(event)
+            return
+        self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> None:
+        """Run an event inline, or queue it in its lane."""
+        spec = self.app.handler_for(event.type) if event.op not in ("move-out", "release") else None
         if event.op == "upsert" and self.app.stages_of(event.type):
             spec = self._stage(event) or spec
         if spec is not None and spec.inline and not self.sched.has_group(event.lane):
@@ -136,18 +147,26 @@ class Processing:
         """Dispatch the head event of a group (called by the scheduler)."""
         table = self.tables.get(event.partition)
         if table is None:  # its partition went away while it waited: replayed by the new owner
-            self.sched.complete(event)
+            self._complete(event)
             return
         if event.op == "move-out":
             self._move_out(table, event)
-            self.sched.complete(event)
+            self._complete(event)
+            return
+        if event.op == "release":
+            self._complete(event)
+            self._release(event)
+            return
+        if self.parking and event.group in self.parking.groups and not event.replay:
+            self._complete(event)  # queued before its group was parked: held too
+            self._hold(event)
             return
         spec = self.app.handler_for(event.type)
         if event.stage is not None:
             spec = self.app.stages_of(event.type)[event.stage]  # type: ignore[index]
         if spec.fn is table_handler:
             self._apply_table(event)
-            self.sched.complete(event)
+            self._complete(event)
             return
         # An event of a later stage has the version its earlier stage wrote: stale only if a
         # newer version came meanwhile.
@@ -156,7 +175,7 @@ class Processing:
                 self.stats.stage_superseded += 1
             else:
                 self.stats.superseded += 1
-            self.sched.complete(event)
+            self._complete(event)
             return
         if spec.inline:
             self._finish(self.calls.call_sync(event, spec, table.store))
@@ -220,6 +239,9 @@ class Processing:
             if exc is not None:
                 log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                             event.type, event.key, event.group, event.offset, retries, exc)
+                if self.park_failures and not event.passed and self.parking is not None:
+                    self._park(event, f"{type(exc).__name__}: {exc}")
+                    return
                 self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
                 return
             assert effects is not None
@@ -236,8 +258,60 @@ class Processing:
             if not event.passed:
                 self.stats.processed += 1  # once per input event, not per stage
         finally:
-            if scheduled:
-                self.sched.complete(event)
+            self._complete(event, scheduled)
+
+    def _complete(self, event: Event, scheduled: bool = True) -> None:
+        """An event is done: free its lane; a replayed one lets the next held one go."""
+        if scheduled:
+            self.sched.complete(event)
+        if event.replay and self.parking is not None and event.group in self.parking.groups \
+                and self.parking.groups[event.group].releasing:
+            self._replay_next(event.group)
+
+    # ------------------------------------------------------------------ parked groups
+    def _park(self, event: Event, error: str) -> None:
+        assert self.parking is not None
+        self.parking.park(event.group, event.partition, "handler-error", error, _held(event))
+        self.stats.held += 1
+        self.stats.parks += 1
+
+    def _hold(self, event: Event) -> None:
+        assert self.parking is not None
+        self.parking.hold(event.group, _held(event))
+        self.stats.held += 1
+
+    def _release(self, event: Event) -> None:
+        assert event.value is not None
+        parked = self.parking.release(event.group) if self.parking is not None else None
+        if parked is None:
+            log.info("release of group %r: it is not parked", event.group)
+            return
+        if event.value.get("skip_head") and parked.held:
+            head = self.parking.take_next(event.group)  # type: ignore[union-attr]
+            assert head is not None
+            self.dead_letter(head.key, head.value, head.headers, self.topics.input, head.partition,
+                             head.offset, "handler-error", f"skipped on release: {parked.error}")
+            self.stats.held -= 1
+        self._replay_next(event.group)
+
+    def _replay_next(self, group: str) -> None:
+        """Replay the next held record of a group being released (or unpark it)."""
+        assert self.parking is not None
+        held = self.parking.take_next(group)
+        if held is None:
+            return
+        self.stats.held -= 1
+        self.stats.replayed += 1
+        event = to_event(held.record(self.topics.input), self.codec)
+        if isinstance(event, Rejected):  # held as an event, so not expected
+            self.dead_letter(held.key, held.value, held.headers, self.topics.input, held.partition,
+                             held.offset, event.reason, event.error)
+            self._replay_next(group)
+            return
+        event.replay = True
+        if event.op == "upsert" and self.app.stages_of(event.type):
+            self._stage(event)
+        self.sched.submit(event)  # in its lane: its completion replays the next one
 
     def _apply(self, event: Event, effects: Effects) -> None:
         table = self.tables[event.partition]
@@ -298,3 +372,9 @@ class Processing:
             completions.get()
         self.sched.clear()
         self.calls.forget_completions()
+
+
+def _held(event: Event) -> Held:
+    """An event as the held record of a parked group (its input record as it came)."""
+    return Held(0, event.group.encode(), event.raw, list(event.headers), event.partition, event.offset,
+                event.timestamp)

@@ -18,6 +18,7 @@ from fifolane.serde import Decoded
 from services.worker.checkpoint import Checkpoint
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
+from services.worker.parking import Parking
 from services.worker.sink import ChangeSink
 from services.worker.state import MAX_GROUP_BYTES, MAX_VERSION, MIN_VERSION
 from services.worker.table import APPLIED, STALE, TableApplier
@@ -39,7 +40,7 @@ class FastPath:
     def __init__(self, *, input_topic: str, tables: Mapping[int, TableApplier],
                  table_types: dict[str, TableType], codec: Any, busy: Collection[str],
                  ckpt: Checkpoint, stats: Stats, sink: ChangeSink | None, general: General,
-                 refuse: Refuse, other_topics: bool) -> None:
+                 refuse: Refuse, other_topics: bool, parking: Parking | None = None) -> None:
         self._input = input_topic
         self._tables = tables
         self._types = table_types
@@ -53,6 +54,7 @@ class FastPath:
         self._general = general
         self._refuse = refuse
         self._other_topics = other_topics  # the consumer reads the directory topic too
+        self._parking = parking  # parked groups' events go to the general path (held there)
 
     def take(self, msgs: list[Record]) -> None:
         """Take a consumed batch (this loop is the worker's hot path)."""
@@ -62,6 +64,7 @@ class FastPath:
                 self._general(msg, None)
             return
         tables, table_types, busy = self._tables, self._types, self._busy
+        parked = self._parking.groups if self._parking is not None else {}
         general, decode, input_topic = self._general, self._decode, self._input
         other_topics = self._other_topics
         scan = self._scan
@@ -104,7 +107,7 @@ class FastPath:
                 mkey = msg.key()
                 if (type(key) is not str or not key or type(group) is not str or not group
                         or type(version) is not int or mkey is None or mkey != group.encode()
-                        or group in busy or len(mkey) > MAX_GROUP_BYTES
+                        or group in busy or (parked and group in parked) or len(mkey) > MAX_GROUP_BYTES
                         or not MIN_VERSION <= version <= MAX_VERSION):
                     general(msg, decoded)
                     continue

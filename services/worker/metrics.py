@@ -25,6 +25,10 @@ class Stats:
     dead_lettered: int = 0
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
     writes_superseded: int = 0
+    held: int = 0  # events held by parked groups now
+    parks: int = 0  # groups parked (a handler failed after its retries, --on-failure park)
+    replayed: int = 0  # held events replayed on a release
+    parked_groups: int = 0
     stage_superseded: int = 0  # events of a later pipeline stage whose entity has a newer version
     stage_failures: int = 0  # events of a later pipeline stage that were dead-lettered
     handler_retries: int = 0
@@ -107,6 +111,8 @@ class _Collector:
             ("fifolane_restore_total", s.restore_total, "changelog records to restore"),
             ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint commit duration"),
             ("fifolane_bisecting", s.bisecting, "1 while finding an input record whose output Kafka refuses"),
+            ("fifolane_parked_groups", s.parked_groups, "groups parked (--on-failure park)"),
+            ("fifolane_held_events", s.held, "events held by parked groups"),
         )
         for gname, gvalue, gdoc in gauges:
             g = GaugeMetricFamily(gname, gdoc, labels=labels)

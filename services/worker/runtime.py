@@ -25,35 +25,30 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from fifolane.config import Settings
-from fifolane.errors import AppError, KafkaClientError, TransactionAbortedError, WorkerError
+from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
-from fifolane.serde.entity import EntityType
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
 from services.worker.clients import consumer_config, producer_config
-from services.worker.directory import DirectoryApplier, claim_value, restored_row
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
 from services.worker.limits import Limits
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
+from services.worker.parking import Parking
+from services.worker.partitions import PartitionParts
 from services.worker.rebalance import Rebalance
-from services.worker.restore import Restore, restore_partition
 from services.worker.scheduler import GroupScheduler
-from services.worker.sink import ChangeSink
-from services.worker.state import PartitionStore, RestoredRow, Row, StoreManager
-from services.worker.table import TableApplier
+from services.worker.sink import ChangeSink, Context
+from services.worker.state import StoreManager
 
 __all__ = ["Worker", "load_app"]
 
@@ -76,11 +71,7 @@ class Worker:
         self.app = app or App()
         self.opts = options or WorkerOptions(worker_id="worker")
         self.catalog = catalog or SchemaCatalog.load(settings.schemas_dir)
-        for type_name in self.app.types:
-            entity = self.catalog.entity(type_name)  # an unknown type is refused here
-            if self.app.stages_of(type_name) and entity.group_index_of is None:
-                raise AppError(f"app {self.app.name!r}: type {type_name!r} has stage handlers but no "
-                               "fifolane.group_index field to hold its stage (docs/formats.md)")
+        self.app.check(self.catalog)
         self.codec = make_codec(settings, self.catalog)
         self.group_id = self.opts.group_id or f"fifolane-{self.app.name}"
         self.eos = self.opts.guarantee == "exactly-once"
@@ -121,6 +112,7 @@ class Worker:
         self.assignment: Assignment | None = None
         self._fast: FastPath | None = None
         self.processing: Processing | None = None
+        self.parking: Parking | None = None
         self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_max)
         self._retention_ms: int | None = None
         self._topic_configs: dict[str, dict[str, str]] = {}
@@ -146,23 +138,32 @@ class Worker:
         if self.eos:
             # Fences a previous incarnation with the same id and settles its open transaction.
             producer.init()
-        self.stores.marks = self._changelog_end
+        self.parking = self._parking_of(s.parked_topic)
+        parts = PartitionParts(settings=s, topics=self.topics, clients=clients, consumer=self.consumer,
+                               ckpt=self.ckpt, stores=self.stores, directory_stores=self._dir_stores,
+                               stats=self.stats, limits=self.limits, sink=self.sink, parking=self.parking,
+                               read_state=self._read_state,
+                               wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
+                               tombstone_retention_ms=self._retention_ms)
+        self.stores.marks = parts.changelog_end
         self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
-                                     directory_stores=self._dir_stores, restore=self._restore,
-                                     make_table=self._make_table, make_directory=self._make_directory,
-                                     sink=self.sink, stats=self.stats)
+                                     directory_stores=self._dir_stores, restore=parts.restore,
+                                     make_table=parts.make_table, make_directory=parts.make_directory,
+                                     sink=self.sink, stats=self.stats, on_release=parts.released)
         self.processing = Processing(
             app=self.app, codec=self.codec, topics=self.topics, state_topic=s.state_topic,
             dlq_topic=s.dlq_topic, worker_id=o.worker_id, ckpt=self.ckpt, tables=self.assignment.tables,
             directories=self.assignment.directories, sched=self.sched, calls=self.calls,
-            limits=self.limits, stats=self.stats, claim=self._claim)
+            limits=self.limits, stats=self.stats, claim=parts.claim, parking=self.parking,
+            park_failures=o.on_failure == "park")
         self._fast = FastPath(input_topic=self.topics.input, tables=self.assignment.tables,
                               table_types=self._table_types, codec=self.codec, busy=self.sched.queues,
                               ckpt=self.ckpt, stats=self.stats, sink=self.sink,
                               general=self.processing.take, refuse=self.processing.refuse,
-                              other_topics=self.topics.directory is not None)
+                              other_topics=self.topics.directory is not None, parking=self.parking)
         if self.sink is not None:
-            self.sink.open(_Context(self))
+            self.sink.open(Context(self.ckpt, self.stores, self.codec, self.catalog, self.limits,
+                                   self.dead_letter, o.worker_id))
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
@@ -170,6 +171,19 @@ class Worker:
         topics = [t for t in (self.topics.input, self.topics.directory) if t]
         self.consumer.subscribe(topics, on_assign=rebalance.on_assign,
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
+
+    def _parking_of(self, topic: str) -> Parking | None:
+        """Parked groups need the parked topic: required with --on-failure park, and read
+        when it exists (groups parked before stay parked under any policy)."""
+        assert self.ckpt is not None
+        if topic not in self._topic_configs:
+            try:
+                self._topic_configs.update(self.clients.topic_configs([topic], timeout=10))
+            except WorkerError:
+                if self.opts.on_failure == "park":
+                    raise
+                return None
+        return Parking(topic, self.ckpt.produce)
 
     def _topic_max(self, topic: str) -> int | None:
         """The topic's max.message.bytes (asked of the broker for topics not seen yet)."""
@@ -286,63 +300,6 @@ class Worker:
         self._write_stats(force=True)
 
     # ------------------------------------------------------------------ wiring
-    def _make_table(self, p: int) -> TableApplier:
-        assert self.ckpt is not None
-        claim = self._claim if self.topics.directory else None
-        return TableApplier(self.stores.stores[p], self.ckpt.producer.produce,
-                            state_topic=self.settings.state_topic,
-                            room=self.limits.room(self.settings.state_topic), stats=self.stats,
-                            sink=self.sink, claim=claim, state_headers=self.settings.state_headers)
-
-    def _make_directory(self, p: int) -> DirectoryApplier:
-        assert self.ckpt is not None and self._dir_stores is not None and self.topics.directory
-        return DirectoryApplier(self._dir_stores.stores[p], self.topics.directory, self.topics.input,
-                                self.ckpt.produce, self.stats)
-
-    def _claim(self, partition: int, ekey: bytes, group: str, version: int, deleted: bool) -> None:
-        assert self.ckpt is not None and self.topics.directory
-        self.ckpt.produce(self.topics.directory, claim_value(group, partition, version, deleted), ekey)
-        self.stats.claims_sent += 1
-
-    def _restore(self, topic: str, p: int) -> Restore:
-        conf: dict[str, Any] = {}
-        make = self.clients.restore_consumer
-        wait = self.opts.transaction_timeout_ms / 1000 * 2
-        if topic == self.topics.input:
-            def run(**kw: Any) -> PartitionStore:
-                return restore_partition(conf, self.settings.state_topic, p, self.stores, self.stats,
-                                         self._state_row, make_consumer=make, wait_open_txn_s=wait,
-                                         tombstone_retention_ms=self._retention_ms, **kw)
-        else:
-            assert self._dir_stores is not None and self.ckpt is not None
-            until = self.ckpt.base_of(topic, p) or 0
-
-            def run(**kw: Any) -> PartitionStore:
-                assert self._dir_stores is not None
-                return restore_partition(conf, topic, p, self._dir_stores, self.stats, restored_row,
-                                         make_consumer=make, wait_open_txn_s=wait, until=until, **kw)
-        return Restore(run, topic, p)
-
-    def _state_row(self, msg: Record, raw: bool) -> RestoredRow | None:
-        value, key = msg.value(), msg.key()
-        if key is None:
-            return None
-        if raw and value is not None:
-            return (key, None, False, "", value)  # read on first use
-        state = self._read_state(value, msg.headers())
-        if state is None:
-            return None  # not written by a fifolane worker: nothing to keep
-        return (key, state.version, state.deleted, state.group, None if state.deleted else value)
-
-    def _changelog_end(self, p: int) -> int | None:
-        if self.consumer is None:
-            return None
-        try:
-            return self.consumer.watermarks(TopicPartition(self.settings.state_topic, p), timeout=10)[1]
-        except KafkaClientError as exc:
-            log.info("state topic end of partition %d not known now: %s", p, exc)
-            return None
-
     # ------------------------------------------------------------------ checkpoints
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""
@@ -376,6 +333,8 @@ class Worker:
             self._after_abort(outcome)
             return
         t1 = time.perf_counter()
+        if self.parking is not None:
+            self.parking.commit()
         if self.sink is not None:
             # A safe point: nothing in flight, nothing staged, no open transaction.
             self.sink.after_commit()
@@ -403,6 +362,8 @@ class Worker:
     def _after_abort(self, outcome: Outcome) -> None:
         assert self.assignment is not None and self.processing is not None
         self.processing.forget()
+        if self.parking is not None:
+            self.parking.rollback()
         if self.sink is not None:
             self.sink.after_abort()
         for topic, p in outcome.stale:
@@ -430,41 +391,10 @@ class Worker:
                 for (t, p), task in self.assignment.restoring.items()}
         if self.ckpt is not None:
             self.stats.bisecting = int(self.ckpt.bisecting)
+        if self.parking is not None:
+            self.stats.parked_groups = len(self.parking.groups)
+            self.stats.held = self.parking.held
+        if self.sink is not None:
+            self.stats.sink = self.sink.metrics()
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
-
-
-class _Context:
-    """What a change sink sees of the worker (services.worker.sink.SinkContext)."""
-
-    def __init__(self, worker: Worker) -> None:
-        assert worker.ckpt is not None
-        self._ckpt = worker.ckpt
-        self._stores = worker.stores
-        self._decode = worker.codec.decode
-        self._catalog = worker.catalog
-        self._limits = worker.limits
-        self._dead_letter = worker.dead_letter
-        self.worker_id = worker.opts.worker_id
-
-    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                partition: int = -1, headers: list[tuple[str, bytes]] | None = None) -> None:
-        self._ckpt.produce(topic, value, key, partition, headers)
-
-    def committed_rows(self, partition: int, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
-        store = self._stores.stores.get(partition)
-        return iter(()) if store is None else store.iter_committed(after)
-
-    def decode(self, value: bytes) -> dict[str, Any]:
-        record: dict[str, Any] = self._decode(value).record
-        return record
-
-    def entity_type(self, name: str) -> EntityType | None:
-        return self._catalog.types.get(name)
-
-    def room(self, topic: str) -> int:
-        return self._limits.room(topic)
-
-    def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
-                    topic: str, partition: int, offset: int, reason: str, error: str) -> None:
-        self._dead_letter(key, value, headers, topic, partition, offset, reason, error)
