@@ -204,7 +204,8 @@ class Parking:
             self._before = copy.deepcopy(self.groups)
 
     def park(self, group: str, partition: int, reason: str, error: str, first: Held) -> None:
-        """Park ``group`` with ``first`` as its head (also a group being released again)."""
+        """Park ``group`` with ``first`` as its head (also a group being released again,
+        at the replayed record that failed: it goes back in front of the held ones)."""
         self._change()
         parked = self.groups.get(group)
         if parked is None:
@@ -213,8 +214,11 @@ class Parking:
         else:  # a replayed event failed again: parked at it, the rest stays held behind
             parked.reason, parked.error, parked.first_offset = reason, error, first.offset
             parked.releasing = False
-        first.seq = parked.next_seq
-        parked.next_seq += 1
+        if first.seq < 0 or parked.held:  # a new head: before every held record
+            first.seq = min([h.seq for h in parked.held] + [parked.next_seq]) - 1
+        else:
+            first.seq = parked.next_seq
+            parked.next_seq += 1
         parked.held.appendleft(first)
         self._produce(self.topic, first.to_json(), held_key(group, first.seq), partition)
         self._produce(self.topic, parked.meta(), group.encode(), partition)
