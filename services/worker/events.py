@@ -63,6 +63,10 @@ class Processing:
         self.parking = parking
         self.park_failures = park_failures  # --on-failure park
         self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+        #: events of a later pipeline stage queued or running: their input record's earlier
+        #: stages have effects already, so a checkpoint waits for them (no half chain commits)
+        self.partial = 0
+        self._replaying: set[str] = set()  # parked groups with a held record being replayed
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""
@@ -82,6 +86,9 @@ class Processing:
         if p not in self.tables:
             return  # not ours (any more), or not restored yet: replayed once it is
         ckpt.consumed(topic, p, offset)
+        if ckpt.done_already(topic, p, offset):
+            self.stats.replay_skipped += 1  # finished after the last committed offset
+            return
         self.stats.consumed += 1
         poison = ckpt.poison_of(topic, p, offset)
         if poison is not None:
@@ -105,7 +112,14 @@ class Processing:
         if spec is not None and spec.inline and not self.sched.has_group(event.lane):
             self._run_inline(event, spec)
         else:
-            self.sched.submit(event)
+            self._submit(event)
+
+    def _submit(self, event: Event) -> None:
+        """Queue an event in its lane; its input record stays unfinished until it completes
+        (a checkpoint commits up to the first unfinished record: services.worker.window)."""
+        if not event.replay:
+            self.ckpt.track(self.topics.input, event.partition, event.offset)
+        self.sched.submit(event)
 
     def _stage(self, event: Event) -> HandlerSpec | None:
         """The stage handler of an event of a staged type (its group index value names the
@@ -131,7 +145,8 @@ class Processing:
             if self._stage(nxt) is None or nxt.stage in passed:
                 continue  # no handler there, or a stage it passed already (no loops)
             nxt.passed = passed
-            self.sched.submit(nxt)
+            self.partial += 1
+            self._submit(nxt)
 
     def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
         if spec.fn is table_handler:
@@ -264,8 +279,15 @@ class Processing:
         """An event is done: free its lane; a replayed one lets the next held one go."""
         if scheduled:
             self.sched.complete(event)
+            if not event.replay:
+                self.ckpt.untrack(self.topics.input, event.partition, event.offset)
+            if event.passed:
+                self.partial -= 1
+        if event.replay:
+            self._replaying.discard(event.group)
         if event.replay and self.parking is not None and event.group in self.parking.groups \
                 and self.parking.groups[event.group].releasing:
+            self.parking.replayed(event.group)  # its effects are in this transaction
             self._replay_next(event.group)
 
     # ------------------------------------------------------------------ parked groups
@@ -287,17 +309,17 @@ class Processing:
             log.info("release of group %r: it is not parked", event.group)
             return
         if event.value.get("skip_head") and parked.held:
-            head = self.parking.take_next(event.group)  # type: ignore[union-attr]
-            assert head is not None
+            head = parked.held[0]
             self.dead_letter(head.key, head.value, head.headers, self.topics.input, head.partition,
                              head.offset, "handler-error", f"skipped on release: {parked.error}")
+            self.parking.replayed(event.group)  # type: ignore[union-attr]
             self.stats.held -= 1
         self._replay_next(event.group)
 
     def _replay_next(self, group: str) -> None:
         """Replay the next held record of a group being released (or unpark it)."""
         assert self.parking is not None
-        held = self.parking.take_next(group)
+        held = self.parking.next_held(group)
         if held is None:
             return
         self.stats.held -= 1
@@ -306,12 +328,21 @@ class Processing:
         if isinstance(event, Rejected):  # held as an event, so not expected
             self.dead_letter(held.key, held.value, held.headers, self.topics.input, held.partition,
                              held.offset, event.reason, event.error)
+            self.parking.replayed(group)
             self._replay_next(group)
             return
         event.replay = True
         if event.op == "upsert" and self.app.stages_of(event.type):
             self._stage(event)
+        self._replaying.add(group)
         self.sched.submit(event)  # in its lane: its completion replays the next one
+
+    def resume_releases(self) -> None:
+        """Groups a previous owner was releasing when it stopped: go on replaying them."""
+        if self.parking is not None:
+            for group, parked in list(self.parking.groups.items()):
+                if parked.releasing and group not in self._replaying and parked.partition in self.tables:
+                    self._replay_next(group)
 
     def _apply(self, event: Event, effects: Effects) -> None:
         table = self.tables[event.partition]
@@ -363,6 +394,10 @@ class Processing:
         while not self.sched.idle():
             self.pump(block=True)
 
+    def settle(self) -> None:
+        """Apply the handler calls finished so far, without waiting for the others."""
+        self.pump(block=False)
+
     def forget(self) -> None:
         """Forget queued events after an abort (they are replayed). Handler calls still
         running would report events the scheduler no longer knows: wait for them (as a
@@ -372,6 +407,8 @@ class Processing:
             completions.get()
         self.sched.clear()
         self.calls.forget_completions()
+        self.partial = 0
+        self._replaying.clear()
 
 
 def _held(event: Event) -> Held:

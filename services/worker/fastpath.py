@@ -65,6 +65,7 @@ class FastPath:
             return
         tables, table_types, busy = self._tables, self._types, self._busy
         parked = self._parking.groups if self._parking is not None else {}
+        skipping = ckpt.skipping(self._input)  # replayed records to skip: the general path's
         general, decode, input_topic = self._general, self._decode, self._input
         other_topics = self._other_topics
         scan = self._scan
@@ -83,6 +84,9 @@ class FastPath:
                 table = tables.get(p)
                 if table is None:
                     continue  # not ours (any more), or not restored yet: replayed once it is
+                if skipping and p in skipping:
+                    general(msg, None)
+                    continue
                 value = msg.value()
                 scanned = scan(value) if scan is not None else None
                 if scanned is not None:

@@ -25,6 +25,7 @@ class Stats:
     dead_lettered: int = 0
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
     writes_superseded: int = 0
+    replay_skipped: int = 0  # replayed records whose effects were committed already
     held: int = 0  # events held by parked groups now
     parks: int = 0  # groups parked (a handler failed after its retries, --on-failure park)
     replayed: int = 0  # held events replayed on a release

@@ -214,13 +214,13 @@ class Parking:
         else:  # a replayed event failed again: parked at it, the rest stays held behind
             parked.reason, parked.error, parked.first_offset = reason, error, first.offset
             parked.releasing = False
-        if first.seq < 0 or parked.held:  # a new head: before every held record
-            first.seq = min([h.seq for h in parked.held] + [parked.next_seq]) - 1
-        else:
-            first.seq = parked.next_seq
-            parked.next_seq += 1
-        parked.held.appendleft(first)
-        self._produce(self.topic, first.to_json(), held_key(group, first.seq), partition)
+        if not parked.held or parked.held[0].offset != first.offset:
+            # a new head (a replayed record that failed again is still the head)
+            first.seq = min([h.seq for h in parked.held] + [parked.next_seq]) - (1 if parked.held else 0)
+            if not parked.held:
+                parked.next_seq += 1
+            parked.held.appendleft(first)
+            self._produce(self.topic, first.to_json(), held_key(group, first.seq), partition)
         self._produce(self.topic, parked.meta(), group.encode(), partition)
         log.warning("group %r parked: %s", group, error)
 
@@ -243,19 +243,25 @@ class Parking:
         self._produce(self.topic, parked.meta(), group.encode(), parked.partition)
         return parked
 
-    def take_next(self, group: str) -> Held | None:
-        """The next held record of a releasing group, taken out (None: none left, and the
-        group is unparked)."""
+    def next_held(self, group: str) -> Held | None:
+        """The next held record of a releasing group, to replay (None: none left, and the
+        group is unparked). It stays held until :meth:`replayed` (in the transaction that
+        commits its effects), so a crash while it runs replays it again."""
         self._change()
         parked = self.groups[group]
         if parked.held:
-            held = parked.held.popleft()
-            self._produce(self.topic, None, held_key(group, held.seq), parked.partition)
-            return held
+            return parked.held[0]
         del self.groups[group]
         self._produce(self.topic, None, group.encode(), parked.partition)
         log.info("group %r released", group)
         return None
+
+    def replayed(self, group: str) -> None:
+        """The head of a releasing group is done (applied or dead-lettered)."""
+        self._change()
+        parked = self.groups[group]
+        held = parked.held.popleft()
+        self._produce(self.topic, None, held_key(group, held.seq), parked.partition)
 
     # -- the transaction ------------------------------------------------------------------------
     def commit(self) -> None:

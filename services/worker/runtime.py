@@ -167,7 +167,7 @@ class Worker:
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
-        rebalance = Rebalance(self.assignment, self.checkpoint, self._abort_lost)
+        rebalance = Rebalance(self.assignment, lambda: self.checkpoint(drain=True), self._abort_lost)
         topics = [t for t in (self.topics.input, self.topics.directory) if t]
         self.consumer.subscribe(topics, on_assign=rebalance.on_assign,
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
@@ -213,7 +213,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 self.poll_once()
-            self.checkpoint()
+            self.checkpoint(drain=True)
         finally:
             self.close()
 
@@ -224,6 +224,8 @@ class Worker:
         assert self._fast is not None and self.processing is not None
         if assignment.busy():
             assignment.advance()
+            if not assignment.busy():  # partitions just became active
+                self.processing.resume_releases()
         sched = self.sched
         got = 0
         room = ckpt.room()
@@ -312,13 +314,21 @@ class Worker:
         assert self.processing is not None
         self.processing.dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
-    def checkpoint(self) -> None:
-        """Drain, then commit outputs, state and input offsets together (see checkpoint.py)."""
-        ckpt = self.ckpt
-        assert ckpt is not None
+    def checkpoint(self, drain: bool = False) -> None:
+        """Commit outputs, state and input offsets together (see checkpoint.py).
+
+        Handler calls still running go on: the commit covers each partition up to its first
+        unfinished event (services/worker/window.py). ``drain``: wait for every call first
+        (before partitions are given up, and when stopping).
+        """
+        ckpt, processing = self.ckpt, self.processing
+        assert ckpt is not None and processing is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         try:
-            self.drain()
+            if drain or processing.partial or ckpt.needs_drain():
+                processing.drain()
+            else:
+                processing.settle()
         except KafkaClientError as exc:
             self._abort(exc)
             return
