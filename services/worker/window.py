@@ -35,8 +35,12 @@ def decode_skips(committed: int, metadata: str | None) -> set[int]:
         return set()
     try:
         _, nxt_text, bits_text = metadata.split(";", 2)
-        nxt, bits = int(nxt_text), base64.b64decode(bits_text)
+        nxt, bits = int(nxt_text), base64.b64decode(bits_text, validate=True)
+        if not 0 <= nxt - committed <= MAX_WINDOW or len(bits) < (nxt - committed + 7) >> 3:
+            raise ValueError("the bitmap does not cover the window")
     except (ValueError, TypeError) as exc:
+        # Not ours, or damaged: replaying the window again is safe (effects are idempotent
+        # per version), skipping on a misread bitmap would not be.
         log.warning("ignoring offset metadata %r: %s", metadata[:80], exc)
         return set()
     return {o for o in range(committed, nxt) if not bits[(o - committed) >> 3] & (1 << ((o - committed) & 7))}

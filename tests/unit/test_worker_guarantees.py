@@ -228,3 +228,29 @@ def test_a_replay_skips_what_finished_after_the_committed_offset(tmp_path: Path)
             _msg(0, 103, "D", "F1", 1)])
     assert sorted(k for k, _v in _state(clients)) == [b"reservation/A", b"reservation/D"]
     assert (w.stats.replay_skipped, w.stats.processed) == (2, 2)
+
+
+def test_window_metadata_round_trip_and_damage() -> None:
+    """The commit metadata names exactly the finished offsets after the committed one; damaged
+    or foreign metadata skips nothing (a replay is safe, a misread skip would lose events)."""
+    from services.worker.window import MAX_WINDOW, Window
+
+    win = Window()
+    for o in range(100, 120):
+        win.track(o)
+    win.track(105)  # a second stage event of the same record
+    for o in (101, 102, 105, 110, 119):
+        win.untrack(o)
+    off, meta = win.commit_point(120)
+    assert off == 100
+    assert decode_skips(off, meta) == {101, 102, 110, 119}  # 105 has one event left
+    win.untrack(100)
+    off, meta = win.commit_point(120)
+    assert off == 103 and decode_skips(off, meta) == {110, 119}
+    for o in set(range(100, 120)) - {100, 101, 102, 110, 119}:
+        win.untrack(o)
+    win.untrack(105)
+    assert win.commit_point(120) == (120, "")
+    for bad in ["", "x", "fl1;", "fl1;abc;AQ==", "fl1;130;AQ==", "fl1;105;!!", "fl1;99;AQ==",
+                f"fl1;{100 + MAX_WINDOW + 1};AQ==", "other;metadata"]:
+        assert decode_skips(100, bad) == set(), bad
