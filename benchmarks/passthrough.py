@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
             if msg.error() is not None:
                 continue
             if args.mode == "serial":
-                time.sleep(sleep_for(msg.value(), args.max_sleep_ms))
+                time.sleep(sleep_for(msg.value() or b"", args.max_sleep_ms))
             _produce(producer, args.output, msg.value(), msg.key())
             dirty = True
         producer.poll(0)
