@@ -24,13 +24,13 @@ from benchmarks import latency
 from benchmarks.events import events
 from benchmarks.harness import COMMIT_INTERVAL, Bench
 from benchmarks.kafka_streams import app_cmd
-from benchmarks.procs import child_env, log_tail, running, watch_committed, worker_cmd
+from benchmarks.procs import child_env, log_tail, pinned_args, running, watch_committed, worker_cmd
 from benchmarks.suites.listeners import register
 from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.topics import create_topic
 
-__all__ = ["SHORT", "After", "Outputs", "fixed_probe", "key_ident", "probe_records", "quix_ident",
+__all__ = ["PROBE_CUSTOMER", "SHORT", "After", "Outputs", "fixed_probe", "key_ident", "probe_records", "quix_ident",
            "run_kstreams", "run_quix", "run_worker"]
 
 SHORT = {"at-least-once": "ALO", "exactly-once": "EOS"}
@@ -40,11 +40,17 @@ Outputs = dict[str, tuple[str, latency.Ident]]
 After = Callable[[dict[str, Any], Outputs, str], dict[str, Any]]
 
 
+#: The customer of every probe event: a listener can select them with one indexed equality.
+PROBE_CUSTOMER = "probe"
+
+
 def probe_records(settings: Settings, tag: str, n: int, fmt: str) -> list[latency.Record]:
-    """``n`` new reservations (version 1) as probe events: Avro (fifolane, Kafka Streams) or JSON."""
+    """``n`` new reservations (version 1, customer :data:`PROBE_CUSTOMER`) as probe events:
+    Avro (fifolane, Kafka Streams) or JSON (Quix Streams)."""
     codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
     out = []
     for group, rid, _v, rec in events(n, entities=n, prefix=f"L{tag}-"):
+        rec["customer_id"] = PROBE_CUSTOMER
         value = codec.encode("reservation", rec) if fmt == "avro" else json.dumps(rec).encode()
         out.append((rid, group.encode(), value))
     return out
@@ -117,7 +123,8 @@ def run_quix(bench: Bench, python: str, base: Settings, json_topic: str, total: 
     group = f"bench-{tag}"
     cmd = [python, script, "--bootstrap", bench.bootstrap, "--input", json_topic,
            "--output", out, "--group", group, "--guarantee", guarantee,
-           "--commit-interval", str(COMMIT_INTERVAL), "--state-dir", str(bench.work / tag)]
+           "--commit-interval", str(COMMIT_INTERVAL), "--state-dir", str(bench.work / tag),
+           *pinned_args()]
     log = bench.work / f"{tag}.log"
     bench.step(f"{label}: Quix Streams {guarantee}", total)
     with running(cmd, log) as proc:

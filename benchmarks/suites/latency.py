@@ -25,6 +25,7 @@ from benchmarks.harness import Bench, Metric
 from benchmarks.quix import quix_python
 from benchmarks.suites.stateful import GUARANTEES, kstreams_build
 from benchmarks.systems import (
+    PROBE_CUSTOMER,
     SHORT,
     After,
     Outputs,
@@ -41,8 +42,10 @@ __all__ = ["LOADS", "LISTENER_FILTER", "run"]
 PARTITIONS = 6
 #: Offered load as a fraction of the system's maximum rate measured in the same run.
 LOADS = (0.1, 0.5)
-#: The one listener registered on fifolane: every probe event (ids "L...") and nothing else.
-LISTENER_FILTER = 'value.reservation_id.startsWith("L")'
+#: The one listener registered on fifolane: every probe event and nothing else. An indexed
+#: equality: a CEL filter's evaluations are timed against a 50 ms wall-clock budget, and on
+#: this shared 2-core machine a descheduled evaluation got the listener suspended.
+LISTENER_FILTER = f'value.customer_id == "{PROBE_CUSTOMER}"'
 #: Probe events are pre-encoded; above this many per load the duration is shortened.
 MAX_PROBE_EVENTS = 300_000
 TIMED_PER_LOAD = 4000
@@ -82,7 +85,7 @@ def run(bench: Bench) -> None:
     n = bench.size(150_000, 40_000)
     duration = float(bench.size(10, 3))
     env = quix_python()
-    ks_build, ks_error = kstreams_build(bench)
+    ks_build, ks_error = (None, "not in a quick run") if bench.quick else kstreams_build(bench)
     notes = [f"Each system drained {n:,} fresh pre-produced events (its maximum rate in this run), "
              f"then got new entities at {', '.join(load_label(x) for x in LOADS)} of that rate for "
              f"about {duration:.0f} s each (at most {MAX_PROBE_EVENTS:,} events), every k-th event "
@@ -95,13 +98,17 @@ def run(bench: Bench) -> None:
              "its maximum rate includes the listener. Quix Streams and Kafka Streams have one output.",
              "The load generator and reader share the 2 cores with the system and the broker: at "
              "50% load they take a noticeable part of the CPU."]
-    if env.python is None:
+    if env.python is None and not bench.quick:
         notes.append(f"Quix Streams not measured: {env.error}")
-    if ks_build is None:
+    if ks_build is None and not bench.quick:
         notes.append(f"Kafka Streams not measured: {ks_error}")
     spec = [("latency", ListenerSpec(name="latency", type="reservation", filter=LISTENER_FILTER).to_json())]
     raw: dict[str, Any] = {}
-    for system in SYSTEM_LABEL:
+    # Quick (a smoke run): fifolane only, where the targets are.
+    systems = ["fifolane"] if bench.quick else list(SYSTEM_LABEL)
+    if bench.quick:
+        notes.append("Quick run: fifolane only.")
+    for system in systems:
         for g in reversed(GUARANTEES):  # exactly-once first: the headline
             key = f"{system}_{SHORT[g]}"
             if (system == "quix" and env.python is None) or (system == "kstreams" and ks_build is None):
