@@ -80,15 +80,18 @@ def run(bench: Bench) -> None:
     notes = ["Throughput is timed from the first offset commit to the commit covering the last "
              "event (start-up, group join and restore excluded), all systems with the same "
              f"{COMMIT_INTERVAL}s commit interval.",
-             f"After one untimed warm-up pass, the ceiling loop, fifolane ALO/EOS and Quix "
-             f"Streams ALO/EOS ran {reps} times each, interleaved (ceiling, fifolane ALO, fifolane "
-             "EOS, Quix ALO, Quix EOS, ceiling, ...); the table shows each one's median run, "
+             f"After one untimed warm-up pass, the ceiling loop, fifolane ALO/EOS, Quix "
+             f"Streams ALO/EOS and Kafka Streams (changelog, then single-write) ran {reps} times "
+             "each, interleaved in that order; the table shows each one's median run, "
              "raw/reps_events_per_s every run.",
              "fifolane runs the built-in table handler with no listeners registered (the "
              "listeners suite measures their cost).",
              "Latency: a paced producer sends new entities to the running system; a read_committed "
              "consumer in the same process notes when each output becomes visible (fifolane: the "
-             "state topic); measured in the last round."]
+             "state topic); measured in the last round (the latency suite measures it under "
+             "load).",
+             "Every librdkafka consumer (plain loop, fifolane, Quix) runs with "
+             "fetch.queue.backoff.ms=10 (benchmarks/README.md, 'Stable baselines')."]
     runs: dict[str, list[dict[str, Any]]] = {"ceiling": [], "fifolane_ALO": [], "fifolane_EOS": [],
                                              "quix_ALO": [], "quix_EOS": []}
     env = quix_python()
