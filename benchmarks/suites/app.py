@@ -18,22 +18,16 @@ in the result.
 from __future__ import annotations
 
 import json
-import shutil
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from benchmarks.events import produce_raw
-from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
-from benchmarks.procs import child_env, running, watch_committed, worker_cmd
+from benchmarks.harness import Bench, Metric
+from benchmarks.profiling import spy_worker
 from benchmarks.quix import quix_python
 from benchmarks.suites.ceiling import measure_ceiling
 from benchmarks.suites.stateful import _median_run
@@ -47,7 +41,6 @@ __all__ = ["APP", "run"]
 APP = "examples.flights:app"
 PARTITIONS = 6
 FLIGHTS = 300
-PROFILE_RATE = 200
 
 
 def _stream(n: int) -> list[tuple[str, dict[str, Any], str]]:
@@ -100,86 +93,8 @@ def _final_loads(bootstrap: str, topic: str, decode: Any) -> dict[str, tuple[int
 
 
 def _profile(bench: Bench, base: Settings, n: int) -> dict[str, Any]:
-    """One fifolane run with py-spy attached: top frames of the poll thread by own and total
-    samples (py-spy leaves out samples where a thread waits, e.g. in a consumer poll)."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
-        return {"error": "py-spy not installed (pip install -e '.[bench]')"}
-    out = bench.results_dir / "raw" / "app-profile.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    settings = bench.run_on(base, "app-profile")
-    wid = f"bench-prof-{uuid.uuid4().hex[:6]}"
-    group = f"bench-fifolane-{wid}"
-    cmd = worker_cmd(settings, wid, group, guarantee="exactly-once", commit_interval=COMMIT_INTERVAL, app=APP)
-    log = settings.home / f"{wid}.log"
-    bench.step("app: fifolane exactly-once under py-spy", n)
-    sampler: subprocess.Popen[bytes] | None = None
-    with running(cmd, log, env=child_env(settings)) as proc:
-        def attach(done: int) -> None:  # at the first commit: start-up and restore left out
-            nonlocal sampler
-            bench.advance(done)
-            if done > 0 and sampler is None:
-                sampler = subprocess.Popen(
-                    [spy, "record", "--pid", str(proc.pid), "--rate", str(PROFILE_RATE), "--function",
-                     "--format", "raw", "--threads", "--nonblocking", "-o", str(out)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-        try:
-            commits = watch_committed(bench.bootstrap, group, settings.input_topic, settings.partitions, n,
-                                      timeout=120 + n / 500, alive=lambda: proc.poll() is None,
-                                      on_progress=attach)
-        finally:
-            err = b""
-            if sampler is not None:
-                sampler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-                try:
-                    _out, err = sampler.communicate(timeout=60)
-                except subprocess.TimeoutExpired:
-                    sampler.kill()
-                    _out, err = sampler.communicate()
-    summary = summarize_raw_profile(out)
-    if "error" in summary:
-        summary["py_spy_stderr"] = (err or b"").decode(errors="replace")[-1000:]
-    seconds = commits.end - commits.first[0]
-    return {"rate_under_profiler": commits.rate, "drain_seconds": seconds, "file": str(out),
-            "sample_rate": PROFILE_RATE, **summary}
-
-
-def summarize_raw_profile(path: Path, top: int = 25) -> dict[str, Any]:
-    """Own and total sample shares per frame of py-spy's ``raw`` (collapsed stacks) output,
-    for the worker's poll thread (the thread with the most samples)."""
-    if not path.exists():
-        return {"error": f"no profile written to {path}"}
-    threads: Counter[str] = Counter()
-    stacks: list[tuple[str, list[str], int]] = []
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
-        thread = frames[0] if frames[0].startswith("thread ") else "thread"
-        frames = frames[1:] if frames[0].startswith(("thread ", "process ")) else frames
-        while frames and frames[0].startswith(("thread ", "process ")):
-            frames = frames[1:]
-        threads[thread] += int(count)
-        stacks.append((thread, frames, int(count)))
-    if not threads:
-        return {"error": "empty profile"}
-    main = threads.most_common(1)[0][0]
-    own: Counter[str] = Counter()
-    total: Counter[str] = Counter()
-    samples = 0
-    for name, frames, n in stacks:
-        if name != main or not frames:
-            continue
-        samples += n
-        own[frames[-1]] += n
-        for f in set(frames):
-            total[f] += n
-    share = lambda c: round(100 * c / samples, 1)  # noqa: E731
-    return {"thread": main, "samples": samples,
-            "own_pct": [(f, share(c)) for f, c in own.most_common(top)],
-            "total_pct": [(f, share(c)) for f, c in total.most_common(top)]}
+    """One fifolane run of the app with py-spy attached (:func:`benchmarks.profiling.spy_worker`)."""
+    return spy_worker(bench, base, n, "exactly-once", app=APP, out=bench.results_dir / "raw" / "app-profile.txt")
 
 
 def run(bench: Bench) -> None:
