@@ -36,7 +36,7 @@ __all__ = ["CONSUMER_PINNED", "Commits", "child_env", "pinned_args", "running", 
 #: ~120k events/s. Runs whose fetches and drains interleave differently never trip it: ~200k
 #: and more. That was the bimodal plain loop (benchmarks/README.md, "Stable baselines").
 #: Re-checking the queue every 10 ms instead keeps the same memory bound without the stall.
-#: The Java client (Kafka Streams) has no such back-off.
+#: The Java client (Kafka Streams) has no such back-off. The fifolane worker sets it itself.
 CONSUMER_PINNED: dict[str, str] = {"fetch.queue.backoff.ms": "10"}
 
 
@@ -57,8 +57,9 @@ def child_env(settings: Settings) -> dict[str, str]:
         "FIFOLANE_PARKED_TOPIC": settings.parked_topic,
         "FIFOLANE_HOME": str(settings.home), "FIFOLANE_PARTITIONS": str(settings.partitions),
         "FIFOLANE_LOG_LEVEL": "INFO",
-        # The worker passes these to all its clients (a producer ignores consumer properties).
-        "FIFOLANE_LIBRDKAFKA": json.dumps({**settings.librdkafka, **CONSUMER_PINNED}),
+        # The worker's consumer has CONSUMER_PINNED in its own configuration
+        # (services.worker.clients.consumer_config).
+        "FIFOLANE_LIBRDKAFKA": json.dumps(settings.librdkafka),
         "PYTHONPATH": str(PROJECT_ROOT),
     })
     return env

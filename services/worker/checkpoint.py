@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -45,7 +44,7 @@ from services.worker.bisect import Bisection
 from services.worker.kafka import TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
 from services.worker.txn import Background
-from services.worker.window import Window, decode_skips
+from services.worker.window import Source
 
 __all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
 
@@ -67,32 +66,6 @@ class Staged(Protocol):
     def apply(self, prepared: object) -> None: ...
 
     def rollback(self) -> None: ...
-
-
-@dataclass
-class Source:
-    """Offsets of one consumed topic: ``base`` is the committed offset of every assigned
-    partition (None: nothing committed yet), ``next`` the offset after the last record
-    taken into the open transaction."""
-
-    topic: str
-    base: dict[int, int | None] = field(default_factory=dict)
-    next: dict[int, int] = field(default_factory=dict)
-    #: per partition, its events consumed but not all finished (services.worker.window)
-    windows: dict[int, Window] = field(default_factory=dict)
-
-    def window(self, p: int) -> Window:
-        win = self.windows.get(p)
-        if win is None:
-            win = self.windows[p] = Window()
-        return win
-
-    def known(self, p: int, found: tuple[int | None, str | None]) -> None:
-        """The committed offset (and its metadata) of ``p`` as the group coordinator has it."""
-        offset, metadata = found
-        self.base[p] = offset
-        if offset is not None:
-            self.window(p).skip = decode_skips(offset, metadata)
 
 
 class Outcome(NamedTuple):
@@ -236,15 +209,10 @@ class Checkpoint:
     def _offsets(self) -> list[TopicPartition]:
         """What to commit per partition: its completed prefix (services.worker.window), with
         the offsets finished after it in the metadata. Remembered as the commit's points."""
-        out = []
         self._points = {}
+        out = []
         for src in self.sources.values():
-            for p in set(src.base) | set(src.next):
-                nxt = src.next.get(p, src.base.get(p))
-                if nxt is None:
-                    continue
-                win = src.windows.get(p)
-                off, meta = win.commit_point(nxt) if win is not None else (nxt, "")
+            for p, (off, nxt, meta) in src.commit_points().items():
                 self._points[(src.topic, p)] = (off, nxt)
                 out.append(TopicPartition(src.topic, p, off, metadata=meta) if meta
                            else TopicPartition(src.topic, p, off))

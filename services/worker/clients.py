@@ -22,7 +22,13 @@ PRODUCER_BATCHING: dict[str, int] = {
 
 def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     """Manual offsets (committed with the transaction), committed reads, cooperative
-    rebalancing; static membership when the worker id is stable."""
+    rebalancing; static membership when the worker id is stable.
+
+    ``fetch.queue.backoff.ms``: librdkafka stops fetching for this long (1 s by default)
+    whenever its queue holds more than ``queued.min.messages``; one fetch response of small
+    events across six partitions is enough to trip it, and the worker then idled most of
+    each second (benchmarks/README.md, "the bimodal loop"). 10 ms keeps the queue fed.
+    """
     return {
         "group.id": group_id,
         "client.id": f"{opts.worker_id}-consumer",
@@ -35,6 +41,7 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         "heartbeat.interval.ms": 1_000,
         "max.poll.interval.ms": 300_000,
         "fetch.wait.max.ms": 50,
+        "fetch.queue.backoff.ms": 10,
         **({"group.instance.id": opts.worker_id} if opts.static_membership else {}),
     }
 

@@ -28,7 +28,8 @@ from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
-from services.worker.parking import Held, Parking
+from services.worker.parking import Parking
+from services.worker.release import Releases
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import Row
 from services.worker.table import APPLIED, STALE, Claim, TableApplier
@@ -60,13 +61,14 @@ class Processing:
         self.limits = limits
         self.stats = stats
         self._claim = claim
-        self.parking = parking
         self.park_failures = park_failures  # --on-failure park
+        self.releases = None if parking is None else Releases(
+            parking, input_topic=topics.input, codec=codec, stats=stats, submit=self._resubmit,
+            dead_letter=self.dead_letter)
         self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
         #: events of a later pipeline stage queued or running: their input record's earlier
         #: stages have effects already, so a checkpoint waits for them (no half chain commits)
         self.partial = 0
-        self._replaying: set[str] = set()  # parked groups with a held record being replayed
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""
@@ -99,8 +101,8 @@ class Processing:
         if isinstance(event, Rejected):
             self.refuse(msg, event.reason, event.error)
             return
-        if self.parking and event.group in self.parking.groups and event.op not in ("release", "move-out"):
-            self._hold(event)
+        if self.releases and self.releases.parked(event.group) and event.op not in ("release", "move-out"):
+            self.releases.hold(event)
             return
         self._dispatch(event)
 
@@ -170,11 +172,12 @@ class Processing:
             return
         if event.op == "release":
             self._complete(event)
-            self._release(event)
+            if self.releases is not None:
+                self.releases.release(event)
             return
-        if self.parking and event.group in self.parking.groups and not event.replay:
+        if self.releases and self.releases.parked(event.group) and not event.replay:
             self._complete(event)  # queued before its group was parked: held too
-            self._hold(event)
+            self.releases.hold(event)
             return
         spec = self.app.handler_for(event.type)
         if event.stage is not None:
@@ -254,8 +257,8 @@ class Processing:
             if exc is not None:
                 log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                             event.type, event.key, event.group, event.offset, retries, exc)
-                if self.park_failures and not event.passed and self.parking is not None:
-                    self._park(event, f"{type(exc).__name__}: {exc}")
+                if self.park_failures and not event.passed and self.releases is not None:
+                    self.releases.park(event, f"{type(exc).__name__}: {exc}")
                     return
                 self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
                 return
@@ -283,66 +286,19 @@ class Processing:
                 self.ckpt.untrack(self.topics.input, event.partition, event.offset)
             if event.passed:
                 self.partial -= 1
-        if event.replay:
-            self._replaying.discard(event.group)
-        if event.replay and self.parking is not None and event.group in self.parking.groups \
-                and self.parking.groups[event.group].releasing:
-            self.parking.replayed(event.group)  # its effects are in this transaction
-            self._replay_next(event.group)
+        if event.replay and self.releases is not None:
+            self.releases.completed(event)
 
-    # ------------------------------------------------------------------ parked groups
-    def _park(self, event: Event, error: str) -> None:
-        assert self.parking is not None
-        self.parking.park(event.group, event.partition, "handler-error", error, _held(event))
-        self.stats.held += 1
-        self.stats.parks += 1
-
-    def _hold(self, event: Event) -> None:
-        assert self.parking is not None
-        self.parking.hold(event.group, _held(event))
-        self.stats.held += 1
-
-    def _release(self, event: Event) -> None:
-        assert event.value is not None
-        parked = self.parking.release(event.group) if self.parking is not None else None
-        if parked is None:
-            log.info("release of group %r: it is not parked", event.group)
-            return
-        if event.value.get("skip_head") and parked.held:
-            head = parked.held[0]
-            self.dead_letter(head.key, head.value, head.headers, self.topics.input, head.partition,
-                             head.offset, "handler-error", f"skipped on release: {parked.error}")
-            self.parking.replayed(event.group)  # type: ignore[union-attr]
-            self.stats.held -= 1
-        self._replay_next(event.group)
-
-    def _replay_next(self, group: str) -> None:
-        """Replay the next held record of a group being released (or unpark it)."""
-        assert self.parking is not None
-        held = self.parking.next_held(group)
-        if held is None:
-            return
-        self.stats.held -= 1
-        self.stats.replayed += 1
-        event = to_event(held.record(self.topics.input), self.codec)
-        if isinstance(event, Rejected):  # held as an event, so not expected
-            self.dead_letter(held.key, held.value, held.headers, self.topics.input, held.partition,
-                             held.offset, event.reason, event.error)
-            self.parking.replayed(group)
-            self._replay_next(group)
-            return
-        event.replay = True
+    def _resubmit(self, event: Event) -> None:
+        """A replayed held event: into its lane (its stage's, for a staged type)."""
         if event.op == "upsert" and self.app.stages_of(event.type):
             self._stage(event)
-        self._replaying.add(group)
-        self.sched.submit(event)  # in its lane: its completion replays the next one
+        self.sched.submit(event)
 
     def resume_releases(self) -> None:
         """Groups a previous owner was releasing when it stopped: go on replaying them."""
-        if self.parking is not None:
-            for group, parked in list(self.parking.groups.items()):
-                if parked.releasing and group not in self._replaying and parked.partition in self.tables:
-                    self._replay_next(group)
+        if self.releases is not None:
+            self.releases.resume(self.tables)
 
     def _apply(self, event: Event, effects: Effects) -> None:
         table = self.tables[event.partition]
@@ -408,10 +364,6 @@ class Processing:
         self.sched.clear()
         self.calls.forget_completions()
         self.partial = 0
-        self._replaying.clear()
+        if self.releases is not None:
+            self.releases.forget()
 
-
-def _held(event: Event) -> Held:
-    """An event as the held record of a parked group (its input record as it came)."""
-    return Held(0, event.group.encode(), event.raw, list(event.headers), event.partition, event.offset,
-                event.timestamp)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from fifolane.config import Settings
-from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
+from fifolane.errors import KafkaClientError, TransactionAbortedError
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.app import App, Event, load_app, table_handler
@@ -40,7 +40,7 @@ from services.worker.clients import consumer_config, producer_config
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
-from services.worker.limits import Limits
+from services.worker.limits import Limits, TopicConfigs
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.parking import Parking
@@ -113,9 +113,10 @@ class Worker:
         self._fast: FastPath | None = None
         self.processing: Processing | None = None
         self.parking: Parking | None = None
-        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_max)
+        self._topic_configs = TopicConfigs(lambda names: self.clients.topic_configs(names, timeout=10))
+        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)),
+                             self._topic_configs.max_bytes)
         self._retention_ms: int | None = None
-        self._topic_configs: dict[str, dict[str, str]] = {}
         self.clients = clients or KafkaClients(settings.kafka_config())
 
     # ------------------------------------------------------------------ lifecycle
@@ -130,8 +131,8 @@ class Worker:
         self.consumer = clients.consumer(consumer_config(o, self.group_id))
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
         names = [t for t in (self.topics.input, s.state_topic, s.dlq_topic, self.topics.directory) if t]
-        self._topic_configs = clients.topic_configs(names)
-        retention = self._topic_configs.get(s.state_topic, {}).get("delete.retention.ms")
+        self._topic_configs.known.update(clients.topic_configs(names))
+        retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
         self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
@@ -176,27 +177,9 @@ class Worker:
         """Parked groups need the parked topic: required with --on-failure park, and read
         when it exists (groups parked before stay parked under any policy)."""
         assert self.ckpt is not None
-        if topic not in self._topic_configs:
-            try:
-                self._topic_configs.update(self.clients.topic_configs([topic], timeout=10))
-            except WorkerError:
-                if self.opts.on_failure == "park":
-                    raise
-                return None
-        return Parking(topic, self.ckpt.produce)
-
-    def _topic_max(self, topic: str) -> int | None:
-        """The topic's max.message.bytes (asked of the broker for topics not seen yet)."""
-        known = self._topic_configs.get(topic)
-        if known is None:
-            try:
-                known = self.clients.topic_configs([topic], timeout=10).get(topic, {})
-            except WorkerError as exc:  # a topic not there yet: Kafka's default for now
-                log.info("max.message.bytes of %s not known now: %s", topic, exc)
-                return None
-            self._topic_configs[topic] = known
-        value = known.get("max.message.bytes")
-        return int(value) if value else None
+        if self.opts.on_failure == "park":
+            self._topic_configs.load([topic])  # WorkerError says what to create
+        return Parking(topic, self.ckpt.produce) if self._topic_configs.exists(topic) else None
 
     def run(self) -> None:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""

@@ -18,8 +18,9 @@ from __future__ import annotations
 import base64
 import logging
 from collections import Counter
+from dataclasses import dataclass, field
 
-__all__ = ["MAX_WINDOW", "Window", "decode_skips"]
+__all__ = ["MAX_WINDOW", "Source", "Window", "decode_skips"]
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +86,40 @@ class Window:
     def wide(self, nxt: int) -> bool:
         """Whether the unfinished events span more offsets than the metadata can describe."""
         return bool(self.unfinished) and nxt - min(self.unfinished) > MAX_WINDOW
+
+
+@dataclass
+class Source:
+    """Offsets of one consumed topic: ``base`` is the committed offset of every assigned
+    partition (None: nothing committed yet), ``next`` the offset after the last record
+    taken into the open transaction."""
+
+    topic: str
+    base: dict[int, int | None] = field(default_factory=dict)
+    next: dict[int, int] = field(default_factory=dict)
+    #: per partition, its events consumed but not all finished (services.worker.window)
+    windows: dict[int, Window] = field(default_factory=dict)
+
+    def window(self, p: int) -> Window:
+        win = self.windows.get(p)
+        if win is None:
+            win = self.windows[p] = Window()
+        return win
+
+    def known(self, p: int, found: tuple[int | None, str | None]) -> None:
+        """The committed offset (and its metadata) of ``p`` as the group coordinator has it."""
+        offset, metadata = found
+        self.base[p] = offset
+        if offset is not None:
+            self.window(p).skip = decode_skips(offset, metadata)
+
+    def commit_points(self) -> dict[int, tuple[int, int, str]]:
+        """Per partition with something to commit: (offset, position, metadata)."""
+        out = {}
+        for p in set(self.base) | set(self.next):
+            nxt = self.next.get(p, self.base.get(p))
+            if nxt is not None:
+                win = self.windows.get(p)
+                off, meta = win.commit_point(nxt) if win is not None else (nxt, "")
+                out[p] = (off, nxt, meta)
+        return out
