@@ -278,6 +278,7 @@ class Checkpoint:
         self._failures = 0
         self._count = 0
         self._bisection.committed()
+        self.stats.committed()
 
     # -- failure -------------------------------------------------------------------------------
     def abort(self, exc: KafkaClientError) -> Outcome:
@@ -314,6 +315,7 @@ class Checkpoint:
             return outcome
         for s in self._staged:
             s.rollback()
+        self.stats.rolled_back()
         self._rewind()
         self._bisection.failed(exc, count, self._last)
         return outcome

@@ -254,3 +254,25 @@ def test_window_metadata_round_trip_and_damage() -> None:
     for bad in ["", "x", "fl1;", "fl1;abc;AQ==", "fl1;130;AQ==", "fl1;105;!!", "fl1;99;AQ==",
                 f"fl1;{100 + MAX_WINDOW + 1};AQ==", "other;metadata"]:
         assert decode_skips(100, bad) == set(), bad
+
+
+def test_counts_are_of_committed_work(tmp_path: Path) -> None:
+    """An aborted transaction's counts go with it: the replay counts its records again, so
+    processed, superseded and dead-lettered add up to the input once, and Prometheus (which
+    reads the committed marks) never sees a counter go back."""
+    w, clients = _worker(tmp_path)
+    batch = [_msg(0, 100, "R1", "F0", 2), _msg(0, 101, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1),
+             FakeMsg(1, 201, b"F1", b"garbage")]
+    w.take(batch)
+    assert (w.stats.consumed, w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (4, 2, 1, 1)
+    assert w.stats.mark["processed"] == 0  # not committed yet
+    clients.fake_producer.fail = TransactionAbortedError("boom", code="_STATE", abortable=True)
+    w.take([_msg(1, 202, "R3", "F1", 1)])  # fails: the open transaction aborts
+    assert w.stats.aborts == 1
+    assert (w.stats.consumed, w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (0, 0, 0, 0)
+    assert not w.stats.dead_letter_reasons
+    w.take([*batch, _msg(1, 202, "R3", "F1", 1)])  # the replay
+    w.checkpoint()
+    s = w.stats
+    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (5, 3, 1, 1)
+    assert s.mark["processed"] == 3 and s.mark["dead_letter_reasons"] == {"undecodable": 1}
