@@ -292,7 +292,6 @@ class Worker:
             self.sink.close()
         self._write_stats(force=True)
 
-    # ------------------------------------------------------------------ wiring
     # ------------------------------------------------------------------ checkpoints
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""
