@@ -9,17 +9,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka_fixtures import consume_all, wait_until
 from worker_support import CATALOG, WorkerProcess
 
 from fifolane.config import Settings
+from fifolane.errors import TopicConfigError
 from fifolane.serde import make_codec
 from fifolane.testing import History, ProducedEvent, Report, check_history, expected_effects
 from fifolane.testing.records import effects_from, table_from
 from fifolane.testing.workload import TrackedProducer, Workload
+from fifolane.topics import ensure_topics
 
-__all__ = ["Stream", "collect_history", "committed_effects", "fault_worker", "input_seqs", "seeded_rng", "wait_settled"]
+__all__ = [
+    "Stream", "collect_history", "committed_effects", "committed_offsets", "fault_worker", "full_isr",
+    "group_coordinator", "input_seqs", "lag", "make_topics", "seeded_rng", "table_worker",
+    "txn_coordinator", "wait_settled",
+]
 
 
 def seeded_rng(default: int) -> random.Random:
@@ -132,3 +139,104 @@ def input_seqs(settings: Settings) -> set[tuple[str, int]]:
         if seq is not None:
             out.add(((m.key() or b"").decode(), int(seq)))
     return out
+
+
+# --- cluster-side helpers (3-node tests) -------------------------------------------------------
+def make_topics(settings: Settings) -> None:
+    """ensure_topics, retried: on 3 brokers describing a just-created topic may fail."""
+    def attempt() -> bool:
+        try:
+            ensure_topics(settings)
+        except TopicConfigError as exc:
+            print(f"ensure_topics: {exc}")
+            return False
+        return True
+
+    wait_until(attempt, timeout=30, interval=0.5, message="role topics on the 3-node cluster")
+
+
+def table_worker(settings: Settings, worker_id: str, tmp: Path, group_id: str,
+                 listeners: bool = True, extra: list[str] | None = None, static: bool = True) -> WorkerProcess:
+    """A ``python -m services.worker`` process with the built-in table handler (what
+    ``fifolane worker`` runs without ``--app``), in consumer group ``group_id``;
+    ``static=False`` gives it no ``--worker-id`` (dynamic membership)."""
+    return WorkerProcess(settings, worker_id, tmp, static=static,
+                         extra=["--group-id", group_id, *([] if listeners else ["--no-listeners"]),
+                                *(extra or [])])
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (Kafka places coordinators by it)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _leader(settings: Settings, topic: str, partition: int) -> int:
+    md = AdminClient(settings.kafka_config()).list_topics(topic, timeout=10)
+    return int(md.topics[topic].partitions[partition].leader)
+
+
+def txn_coordinator(settings: Settings, transactional_id: str) -> int:
+    """The broker hosting the transaction coordinator of ``transactional_id``: the leader of
+    its ``__transaction_state`` partition (``abs(hashCode) % partitions``, as Kafka does)."""
+    md = AdminClient(settings.kafka_config()).list_topics("__transaction_state", timeout=10)
+    parts = len(md.topics["__transaction_state"].partitions)
+    h = _java_hash(transactional_id)
+    return _leader(settings, "__transaction_state", 0 if h == -(1 << 31) else abs(h) % parts)
+
+
+def group_coordinator(settings: Settings, group_id: str) -> int:
+    """The broker hosting the group coordinator of ``group_id`` (-1: not known now)."""
+    fut = AdminClient(settings.kafka_config()).describe_consumer_groups([group_id], request_timeout=10)[group_id]
+    try:
+        return int(fut.result(timeout=15).coordinator.id)
+    except (KafkaException, TimeoutError) as exc:
+        print(f"group coordinator of {group_id}: {exc!r}")
+        return -1
+
+
+def full_isr(settings: Settings) -> bool:
+    """Whether every partition of every topic (internal ones too) has all replicas in sync:
+    the cluster can lose any one broker again."""
+    try:
+        md = AdminClient(settings.kafka_config()).list_topics(timeout=10)
+    except KafkaException as exc:
+        print(f"list_topics: {exc}")
+        return False
+    return all(p.leader >= 0 and len(p.isrs) == len(p.replicas)
+               for t in md.topics.values() for p in t.partitions.values())
+
+
+def committed_offsets(settings: Settings, group_id: str) -> dict[int, int]:
+    """The group's committed offsets of the input topic (-1: none); {} while unreadable."""
+    consumer = Consumer(settings.kafka_config(**{"group.id": group_id, "enable.auto.commit": False}))
+    try:
+        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+    except KafkaException as exc:
+        print(f"committed offsets of {group_id}: {exc}")
+        return {}
+    finally:
+        consumer.close()
+
+
+def lag(settings: Settings, group_id: str) -> int | None:
+    """Records of the input topic not yet committed by the group (None while unreadable)."""
+    committed = committed_offsets(settings, group_id)
+    if not committed:
+        return None
+    consumer = Consumer(settings.kafka_config(**{"group.id": group_id, "enable.auto.commit": False}))
+    try:
+        total = 0
+        for p, off in committed.items():
+            _low, high = consumer.get_watermark_offsets(TopicPartition(settings.input_topic, p), timeout=10)
+            total += high - max(off, 0)
+        return total
+    except KafkaException as exc:
+        print(f"watermarks of {settings.input_topic}: {exc}")
+        return None
+    finally:
+        consumer.close()
