@@ -24,7 +24,7 @@ from fifolane.topics import ensure_topics
 
 __all__ = [
     "Stream", "collect_history", "committed_effects", "committed_offsets", "fault_worker", "full_isr",
-    "group_coordinator", "input_seqs", "lag", "make_topics", "seeded_rng", "table_worker",
+    "group_coordinator", "group_members", "input_seqs", "lag", "make_topics", "seeded_rng", "table_worker",
     "txn_coordinator", "wait_settled",
 ]
 
@@ -190,12 +190,24 @@ def txn_coordinator(settings: Settings, transactional_id: str) -> int:
 
 def group_coordinator(settings: Settings, group_id: str) -> int:
     """The broker hosting the group coordinator of ``group_id`` (-1: not known now)."""
-    fut = AdminClient(settings.kafka_config()).describe_consumer_groups([group_id], request_timeout=10)[group_id]
+    admin = AdminClient(settings.kafka_config())  # kept referenced until the future is done
+    fut = admin.describe_consumer_groups([group_id], request_timeout=10)[group_id]
     try:
         return int(fut.result(timeout=15).coordinator.id)
     except (KafkaException, TimeoutError) as exc:
         print(f"group coordinator of {group_id}: {exc!r}")
         return -1
+
+
+def group_members(settings: Settings, group_id: str) -> set[str] | None:
+    """Client ids of the group's members (``<worker id>-consumer``); None while unknown."""
+    admin = AdminClient(settings.kafka_config())  # kept referenced until the future is done
+    fut = admin.describe_consumer_groups([group_id], request_timeout=10)[group_id]
+    try:
+        return {m.client_id for m in fut.result(timeout=15).members}
+    except (KafkaException, TimeoutError) as exc:
+        print(f"members of {group_id}: {exc!r}")
+        return None
 
 
 def full_isr(settings: Settings) -> bool:
