@@ -174,29 +174,32 @@ def _java_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def _leader(settings: Settings, topic: str, partition: int) -> int:
-    md = AdminClient(settings.kafka_config()).list_topics(topic, timeout=10)
-    return int(md.topics[topic].partitions[partition].leader)
+def _coordinator(settings: Settings, internal: str, key: str) -> int:
+    """The leader of ``key``'s partition of an internal topic (``abs(hashCode) % partitions``,
+    as Kafka places transaction and group coordinators); -1 while not known."""
+    try:
+        md = AdminClient(settings.kafka_config()).list_topics(internal, timeout=10)
+    except KafkaException as exc:
+        print(f"metadata of {internal}: {exc}")
+        return -1
+    topic = md.topics.get(internal)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return -1
+    h = _java_hash(key)
+    return int(topic.partitions[0 if h == -(1 << 31) else abs(h) % len(topic.partitions)].leader)
 
 
 def txn_coordinator(settings: Settings, transactional_id: str) -> int:
-    """The broker hosting the transaction coordinator of ``transactional_id``: the leader of
-    its ``__transaction_state`` partition (``abs(hashCode) % partitions``, as Kafka does)."""
-    md = AdminClient(settings.kafka_config()).list_topics("__transaction_state", timeout=10)
-    parts = len(md.topics["__transaction_state"].partitions)
-    h = _java_hash(transactional_id)
-    return _leader(settings, "__transaction_state", 0 if h == -(1 << 31) else abs(h) % parts)
+    """The broker hosting the transaction coordinator of ``transactional_id`` (-1: not known;
+    ``__transaction_state`` exists once a transactional producer started)."""
+    return _coordinator(settings, "__transaction_state", transactional_id)
 
 
 def group_coordinator(settings: Settings, group_id: str) -> int:
-    """The broker hosting the group coordinator of ``group_id`` (-1: not known now)."""
-    admin = AdminClient(settings.kafka_config())  # kept referenced until the future is done
-    fut = admin.describe_consumer_groups([group_id], request_timeout=10)[group_id]
-    try:
-        return int(fut.result(timeout=15).coordinator.id)
-    except (KafkaException, TimeoutError) as exc:
-        print(f"group coordinator of {group_id}: {exc!r}")
-        return -1
+    """The broker hosting the group coordinator of ``group_id`` (-1: not known now). Asking
+    for the group's offsets first makes Kafka create ``__consumer_offsets`` if needed."""
+    committed_offsets(settings, group_id)
+    return _coordinator(settings, "__consumer_offsets", group_id)
 
 
 def group_members(settings: Settings, group_id: str) -> set[str] | None:

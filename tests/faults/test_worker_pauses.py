@@ -77,7 +77,7 @@ def test_sigstop_past_the_session_timeout_and_sigkill_under_a_stream(
             target = seen + 200
             seen = wait_until(lambda t=target: (n := committed_effects(settings, effect_topic)) >= t and n,
                               timeout=180, interval=0.25,
-                              message=lambda a=action: f"progress before {a} {i}\n{_logs(workers)}")
+                              message=lambda a=action, n=i: f"progress before {a} {n}\n{_logs(workers)}")
             for w in deferred:
                 w.start()
             deferred.clear()
