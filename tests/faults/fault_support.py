@@ -21,9 +21,11 @@ from fifolane.testing import History, ProducedEvent, Report, check_history, expe
 from fifolane.testing.records import effects_from, table_from
 from fifolane.testing.workload import TrackedProducer, Workload
 from fifolane.topics import ensure_topics
+from listeners.client import ListenerClient, MaterializedView
+from listeners.model import ListenerSpec
 
 __all__ = [
-    "Stream", "collect_history", "committed_effects", "committed_offsets", "fault_worker", "full_isr",
+    "ClientFollower", "Stream", "collect_history", "committed_effects", "committed_offsets", "fault_worker", "full_isr",
     "group_coordinator", "group_members", "input_seqs", "lag", "make_topics", "seeded_rng", "table_worker",
     "txn_coordinator", "wait_settled",
 ]
@@ -87,6 +89,54 @@ class Stream:
         if self.error is not None:
             raise self.error
         return self.producer.outcomes()
+
+
+class ClientFollower:
+    """A :class:`ListenerClient` polled on a thread from the beginning of the output topic,
+    applying to a :class:`MaterializedView` (what a user's follower does)."""
+
+    def __init__(self, settings: Settings, spec: ListenerSpec) -> None:
+        self.client = ListenerClient(settings, spec.name, from_beginning=True, spec=spec)
+        self.view = MaterializedView()
+        self.notes: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="listener-client", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                notes = self.client.poll(0.2)
+                with self.lock:
+                    for note in notes:
+                        self.view.apply(note)
+                        self.notes.append(note)
+        except BaseException as exc:  # re-raised by view()
+            self.error = exc
+
+    def view_now(self) -> dict[str, Any]:
+        """A copy of the view."""
+        if self.error is not None:
+            raise self.error
+        with self.lock:
+            return dict(self.view.data)
+
+    def count(self, registration: str | None = None, snapshot: bool | None = None) -> int:
+        """Notifications delivered (of one registration, snapshot ones or not)."""
+        with self.lock:
+            return sum(1 for n in self.notes
+                       if (registration is None or n.get("registration") == registration)
+                       and (snapshot is None or bool(n.get("snapshot")) == snapshot))
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the listener client thread did not stop"
+        self.client.close()
+        if self.error is not None:
+            raise self.error
 
 
 def committed_effects(settings: Settings, effect_topic: str) -> int:
