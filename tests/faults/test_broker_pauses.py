@@ -3,8 +3,9 @@ answers nothing is harder on clients than a dead one (no connection refused, req
 in its socket buffers and are processed when it thaws).
 
 - The group coordinator's broker is frozen for 15 s while two table workers start and join
-  their group under a stream. Both must wait it out (never exit), and once the stream is
-  done and every input offset committed, the state topic equals the reference table.
+  their group under a stream, and later two of three brokers for 20 s (nothing writable).
+  Both must wait it out (never exit), and once the stream is done and every input offset
+  committed, the state topic equals the reference table.
 - A commit that times out on the client but succeeds on the broker. A follower of every
   partition is frozen while an in-process worker with a 1 s transactional-call time-out
   commits: the coordinator's writes wait for the frozen replica until the controller fences
@@ -26,6 +27,7 @@ import pytest
 from fault_support import (
     Stream,
     collect_history,
+    committed_offsets,
     full_isr,
     group_coordinator,
     lag,
@@ -75,36 +77,60 @@ def _hold(seconds: float, alive: Any) -> None:
     assert alive(), "a worker exited while the broker was frozen"
 
 
-def test_group_coordinator_frozen_for_15s_while_workers_join(cluster: Any, tmp_path: Path) -> None:
+def test_brokers_frozen_while_workers_join_and_while_they_run(cluster: Any, tmp_path: Path) -> None:
+    """The group coordinator's broker frozen for 15 s while two table workers start and join;
+    later two of three brokers frozen for 20 s (no quorum, no partition writable with min
+    ISR 2, no coordinator answers). The workers must wait and retry (resume their calls, or
+    renew the producer and replay), never exit; afterwards the table equals the reference."""
     settings = make_settings(cluster.bootstrap_servers, home=tmp_path / "home", replication_factor=3)
     make_topics(settings)
-    group = f"fifolane-join-{settings.input_topic}"
+    group = f"fifolane-frozen-{settings.input_topic}"
     rng = seeded_rng(20260114)
-    stream = Stream(settings, Workload(events=8_000, groups=60, entities=1500, seed=rng.randrange(10**6)), 400,
+    stream = Stream(settings, Workload(events=10**8, groups=60, entities=1500, seed=rng.randrange(10**6)), 300,
                     conf={"message.timeout.ms": 120_000})
     workers = [table_worker(settings, "j1", tmp_path, group),
                table_worker(settings, "j2", tmp_path, group, static=False)]
-    frozen = wait_until(lambda: (b := group_coordinator(settings, group)) >= 0 and b + 1, timeout=30,
-                        message="the group coordinator") - 1
+
+    def committed() -> int:
+        return sum(max(o, 0) for o in committed_offsets(settings, group).values())
+
+    joining = wait_until(lambda: (b := group_coordinator(settings, group)) >= 0 and b + 1, timeout=30,
+                         message="the group coordinator") - 1
+    frozen: list[int] = [joining]
     stream.start()
     try:
-        cluster.pause_broker(frozen)
+        cluster.pause_broker(joining)
         for w in workers:
             w.start()
         _hold(15, lambda: all(w.alive() for w in workers))
-        cluster.resume_broker(frozen)
-        produced = stream.finish(stop=False, timeout=180)
-        wait_until(lambda: lag(settings, group) == 0, timeout=180, interval=1,
+        cluster.resume_broker(joining)
+        wait_until(lambda: committed() >= 1500, timeout=180, interval=0.5,
+                   message=lambda: f"progress after the join\n{_logs(workers)}")
+        coordinator = txn_coordinator(settings, f"{group}-j1")
+        frozen = [coordinator, next(b for b in range(3) if b != coordinator)]
+        for b in frozen:
+            cluster.pause_broker(b)
+        _hold(20, lambda: all(w.alive() for w in workers))
+        for b in frozen:
+            cluster.resume_broker(b)
+        before = committed()
+        wait_until(lambda: committed() >= before + 1500, timeout=240, interval=0.5,
+                   message=lambda: f"progress after the thaw\n{_logs(workers)}")
+        produced = stream.finish()
+        wait_until(lambda: lag(settings, group) == 0, timeout=240, interval=1,
                    message=lambda: f"lag {lag(settings, group)}\n{_logs(workers)}")
         alive = [w.worker_id for w in workers if w.alive()]
     finally:
         stream.stop_event.set()
-        cluster.resume_broker(frozen)
+        for b in frozen:
+            cluster.resume_broker(b)
         for w in workers:
             if w.alive():
                 w.kill()
+    tracked = stream.producer
     _history, report = collect_history(settings, None, produced)
-    print(f"froze broker {frozen} (group coordinator) for 15 s; events {len(produced)}")
+    print(f"froze broker {joining} (group coordinator) for 15 s while joining, then {frozen} for 20 s; "
+          f"events {len(produced)} (acked {len(tracked.acked)}, failed {len(tracked.failed)})")
     assert alive == ["j1", "j2"], _logs(workers)
     assert report.counts == ZERO, report.summary()
     assert consume_all(settings, settings.dlq_topic) == []
@@ -162,7 +188,7 @@ def test_commit_timed_out_here_but_committed_on_the_broker(cluster: Any, setting
             wait_until(lambda: w.stats.commits >= 10, timeout=60, message="first commits")
             coordinator = txn_coordinator(settings3, "fifolane-indoubt-in-doubt")
             follower = next(b for b in range(3) if b != coordinator)
-            while pauses < 2 or (kept.seen == 0 and pauses < 6):
+            while pauses < 1 or (kept.seen == 0 and pauses < 6):
                 pauses += 1
                 commits = w.stats.commits
                 cluster.pause_broker(follower)
