@@ -374,7 +374,7 @@ class StoreManager:
     # -- a checkpoint's staged state (services.worker.checkpoint.Staged) -------------------
     def prepare(self) -> object:
         """The staged writes of every store as RocksDB batches (not written yet)."""
-        return {p: store.prepare() for p, store in self.stores.items()}
+        return {p: store.prepare() for p, store in list(self.stores.items())}  # restores open stores meanwhile
 
     def apply(self, prepared: object) -> None:
         """Write the batches of :meth:`prepare` (their transaction committed).
@@ -388,15 +388,21 @@ class StoreManager:
         refresh = self.marks is not None and now >= self._next_marker
         if refresh:
             self._next_marker = now + 30.0
-        for p, store in self.stores.items():
-            marker = self.marks(p) if refresh and self.marks is not None else None
-            if refresh and marker is None:
-                self._next_marker = now  # not known now (leader moving): try next time
-            store.apply(prepared.get(p), marker)
+        # Only stores this checkpoint wrote to are marked: they are active. A store still being
+        # restored (by its thread, which also opens stores meanwhile: iterate a copy) holds
+        # only part of its changelog; its restore writes its own marker.
+        for p, store in list(self.stores.items()):
+            batch = prepared.get(p)
+            marker = None
+            if refresh and batch is not None and self.marks is not None:
+                marker = self.marks(p)
+                if marker is None:
+                    self._next_marker = now  # not known now (leader moving): try next time
+            store.apply(batch, marker)
 
     def rollback(self) -> None:
         """Forget every staged write (their transaction aborted)."""
-        for store in self.stores.values():
+        for store in list(self.stores.values()):
             store.rollback()
 
     def close_all(self) -> None:
