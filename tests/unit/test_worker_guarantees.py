@@ -94,6 +94,33 @@ def test_fatal_producer_errors_get_a_new_producer_not_an_exit(tmp_path: Path, er
     assert _state(clients) == [(b"reservation/R1", 1)]
 
 
+def test_a_hung_commit_gets_a_new_producer_and_rewinds_every_partition(tmp_path: Path) -> None:
+    """#12 item 1: send_offsets_to_transaction hangs past the watchdog (the transaction
+    coordinator's broker died), the worker starts a new producer, and the transaction did not
+    commit. Every assigned partition goes back to its committed offset (the input offsets
+    must not move past effects that were aborted), and the replay applies everything."""
+    w, clients = _worker(tmp_path)
+    batch = [_msg(0, 100, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1)]
+    w.take(batch)
+    hung = ProducerFatalError("send_offsets_to_transaction did not return (_TIMED_OUT)", code="_TIMED_OUT",
+                              fatal=True)
+
+    def send_offsets(offsets: Any, group_metadata: Any, timeout: float) -> None:
+        raise hung
+
+    clients.fake_producer.send_offsets = send_offsets  # type: ignore[method-assign]
+    w.checkpoint()
+    assert (w.stats.aborts, clients.fake_producer.renewals) == (1, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
+    assert all(not st.overlay for st in w.stores.stores.values())
+    del clients.fake_producer.send_offsets  # the new producer works
+    clients.fake_producer.records.clear()  # the aborted transaction's records: never read
+    w.take(batch)  # the replay
+    w.checkpoint()
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/R1", b"reservation/R2"]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 201)]
+
+
 def test_commit_that_timed_out_here_but_committed_there_is_kept(tmp_path: Path) -> None:
     """Suspected in #12: a commit whose reply was lost. The committed offsets show it went
     through: its state is kept and nothing is replayed (which would duplicate outputs)."""
