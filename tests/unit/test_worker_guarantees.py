@@ -94,6 +94,46 @@ def test_fatal_producer_errors_get_a_new_producer_not_an_exit(tmp_path: Path, er
     assert _state(clients) == [(b"reservation/R1", 1)]
 
 
+class _SlowChangelog:
+    """A restore consumer over an empty changelog that answers only once ``gate`` is set."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+
+    def get_watermark_offsets(self, tp: Any, timeout: float | None = None) -> tuple[int, int]:
+        assert self.gate.wait(30), "the restore was never let go"
+        return 0, 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_long_restore_runs_outside_the_open_transaction(tmp_path: Path) -> None:
+    """#12 item 4: a partition assigned while the worker's transaction is open is restored in
+    the background, paused; the rebalance callback returns at once, and the open transaction
+    commits while the restore still runs (a long restore must not outlast
+    transaction.timeout.ms)."""
+    w, clients = _worker(tmp_path)
+    gate = threading.Event()
+    clients.restore_consumer = lambda conf: _SlowChangelog(gate)  # type: ignore[method-assign]
+    w.take([_msg(0, 100, "R1", "F0", 1)])  # the transaction is open
+    assigned = threading.Event()
+    threading.Thread(target=lambda: (clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 2)]),
+                                     assigned.set()), daemon=True).start()
+    try:
+        assert assigned.wait(5), "on_assign waits for the restore, with the transaction open"
+        assert ("in", 2) in clients.fake_consumer.paused
+        w.checkpoint()  # while partition 2 restores
+        assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+        assert _state(clients) == [(b"reservation/R1", 1)]
+        assert w.assigned_partitions == [0, 1]
+    finally:
+        gate.set()
+    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1, 2], timeout=10,
+               message=lambda: f"partition 2 restored: {w.assigned_partitions}")
+    assert ("in", 2) not in clients.fake_consumer.paused
+
+
 def test_a_hung_commit_gets_a_new_producer_and_rewinds_every_partition(tmp_path: Path) -> None:
     """#12 item 1: send_offsets_to_transaction hangs past the watchdog (the transaction
     coordinator's broker died), the worker starts a new producer, and the transaction did not
