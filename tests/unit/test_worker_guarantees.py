@@ -94,6 +94,27 @@ def test_fatal_producer_errors_get_a_new_producer_not_an_exit(tmp_path: Path, er
     assert _state(clients) == [(b"reservation/R1", 1)]
 
 
+def test_an_abort_that_times_out_gets_a_new_producer_not_an_exit(tmp_path: Path) -> None:
+    """#12 item 2: with a partition's leader gone, abort_transaction itself times out
+    (librdkafka's _TIMED_OUT, "retry call to resume"). The worker starts a new producer
+    (which settles the old transaction), rewinds and replays; it does not exit."""
+    w, clients = _worker(tmp_path)
+    clients.fake_producer.fail = TransactionAbortedError("leader not available", code="_STATE", abortable=True)
+
+    def abort(timeout: float) -> None:
+        raise KafkaRetriableError("abort_transaction: timed out, retry call to resume", code="_TIMED_OUT",
+                                  retriable=True)
+
+    clients.fake_producer.abort = abort  # type: ignore[method-assign]
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    assert (w.stats.aborts, clients.fake_producer.renewals) == (1, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
+    w.take([_msg(0, 100, "R1", "F0", 1)])  # the replay
+    w.checkpoint()
+    assert _state(clients) == [(b"reservation/R1", 1)]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+
+
 class _SlowChangelog:
     """A restore consumer over an empty changelog that answers only once ``gate`` is set."""
 
