@@ -235,6 +235,32 @@ def test_group_too_long_and_bad_versions_are_dead_lettered(tmp_path: Path) -> No
     assert _state(clients) == [(b"reservation/R2", 1)]
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-path"])
+def test_a_state_record_too_large_for_kafka_is_dead_lettered(tmp_path: Path, fast: bool) -> None:
+    """#12 item 3: an input record that fits its topic, but whose state record (its key is
+    longer than the input key) would not: dead-lettered as too-large before anything is
+    produced, counted once, and the records around it are applied."""
+    w, clients = _worker(tmp_path)
+    if not fast:
+        w._fast._types = {}  # type: ignore[union-attr]  # every record takes the general path
+    room = w.limits.room("state")
+    rec = _res("R1", "F0", 1)
+    rec["customer_id"] = ""
+    bare = len(CODEC.encode("reservation", rec))
+    rec["customer_id"] = "c" * (room - bare - len(b"reservation/R1") + 4)  # value + state key: over
+    value = CODEC.encode("reservation", rec)
+    assert len(b"F0") + len(value) <= room < len(b"reservation/R1") + len(value)
+    w.take([_msg(0, 100, "R0", "F0", 1), FakeMsg(0, 101, b"F0", value), _msg(1, 200, "R2", "F1", 1)])
+    w.drain()
+    w.checkpoint()
+    assert dict(w.stats.dead_letter_reasons) == {"too-large": 1}
+    assert (w.stats.processed, w.stats.dead_lettered) == (2, 1)
+    assert sorted(_state(clients)) == [(b"reservation/R0", 1), (b"reservation/R2", 1)]
+    [dead] = [h for t, _v, _k, _p, h in clients.fake_producer.records if t == "dlq"]
+    assert dict(dead)["fifolane.dlq.reason"] == b"too-large"
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 201)]
+
+
 @pytest.mark.parametrize("raise_", [SystemExit, KeyboardInterrupt, asyncio.CancelledError])
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_handler_raising_base_exceptions_is_a_handler_failure(tmp_path: Path, raise_: type[BaseException],
