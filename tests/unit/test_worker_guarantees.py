@@ -390,3 +390,34 @@ def test_counts_are_of_committed_work(tmp_path: Path) -> None:
     s = w.stats
     assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (5, 3, 1, 1)
     assert s.mark["processed"] == 3 and s.mark["dead_letter_reasons"] == {"undecodable": 1}
+
+
+def test_a_call_finishing_after_a_commit_writes_in_a_new_transaction(tmp_path: Path) -> None:
+    """A handler call still running at a commit finishes after it: its write (an update, so
+    no directory claim opens a transaction first) goes into a new transaction, not to a
+    producer with none open (librdkafka refuses that: an abort and a replay every time)."""
+    app = App("slow-update")
+    gate = threading.Event()
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        if event.version == 2:
+            assert gate.wait(10)
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "R1", "F1", 1)])
+    w.drain()
+    w.checkpoint()
+    w.take([_msg(0, 101, "R1", "F1", 2)])
+    wait_until(lambda: w.poll_once() or w.sched.in_flight == 1, timeout=10, message="v2 running")
+    w.checkpoint()  # v2 still runs: committed up to offset 101
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+    gate.set()
+    w.drain()
+    w.checkpoint()
+    assert (w.stats.aborts, clients.fake_producer.aborts) == (0, 0)
+    assert _state(clients) == [(b"reservation/R1", 1), (b"reservation/R1", 2)]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 200)]
+    w.calls.shutdown()
