@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
@@ -81,19 +81,22 @@ def same_definition(a: ListenerSpec, b: ListenerSpec) -> bool:
 
 # -- topics --------------------------------------------------------------------------------
 def ensure_registry_topic(settings: Settings) -> None:
-    """Create the registry topic (compacted, 1 partition) if it is missing."""
-    create_topic(settings, settings.registry_topic, 1, {"cleanup.policy": "compact"})
+    """Create the registry topic (compacted, 1 partition) if it is missing.
+
+    Asked first, so that principals without CREATE (workers, listener admins on a secured
+    cluster: docs/security.md) pass when it exists: Kafka refuses a create without CREATE
+    even for a topic that is there.
+    """
+    if _partitions_of(settings, settings.registry_topic) is None:
+        create_topic(settings, settings.registry_topic, 1, {"cleanup.policy": "compact"})
 
 
 def _partitions_of(settings: Settings, topic: str, timeout: float = 10.0) -> int | None:
-    c = Consumer(settings.kafka_config(**{"group.id": f"fifolane-meta-{uuid.uuid4().hex}"}))
-    try:
-        md = c.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is None or md.error is not None:
-            return None
-        return len(md.partitions)
-    finally:
-        c.close()
+    """The partition count of ``topic``; None if it is missing or not visible to us."""
+    md = AdminClient(settings.kafka_config()).list_topics(topic, timeout=timeout).topics.get(topic)
+    if md is None or md.error is not None:
+        return None
+    return len(md.partitions)
 
 
 def ensure_output_topic(settings: Settings, topic: str) -> int:

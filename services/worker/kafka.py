@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
+from fifolane.access import KafkaAccess
 from fifolane.errors import (
+    ConfigError,
     KafkaClientError,
     KafkaRetriableError,
     ProducerFatalError,
@@ -322,29 +324,41 @@ class KafkaClients:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""
         return Consumer({**self._base, **conf})
 
-    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
-        """The configs of these topics; :class:`WorkerError` if one is missing or not
-        accessible (saying what to do), instead of failing later in a loop."""
-        admin = AdminClient(self._base)
+    def topic_configs(self, names: list[str], timeout: float = 30.0, *,
+                      need: Mapping[str, Collection[str]] | None = None,
+                      group: str | None = None) -> dict[str, dict[str, str]]:
+        """The configs of these topics; :class:`WorkerError` if Kafka refuses the login, a
+        topic is missing, or the principal lacks an operation of ``need`` (topic -> ACL
+        operations, e.g. ``READ``) or READ on consumer group ``group``: the message names
+        each missing permission, and the worker stops instead of failing later in a loop."""
+        access = KafkaAccess(self._base, timeout)
+        checked = list(dict.fromkeys([*names, *(need or {})]))
         try:
-            md = admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise WorkerError(f"cannot reach Kafka at {self._base.get('bootstrap.servers')}: "
-                              f"{map_error(exc, 'list topics')}") from exc
-        missing = {n: md.topics[n].error if n in md.topics else "not found"
-                   for n in names if n not in md.topics or md.topics[n].error is not None}
+            found = access.topics(checked)
+            group_ok = group is None or access.group_allows(group, "READ")
+        except ConfigError as exc:  # wrong password, bad CA, no broker: say so, once
+            raise WorkerError(f"cannot start: {exc}") from exc
+        missing = sorted(n for n in checked if not found[n].exists)
         if missing:
-            raise WorkerError(f"topics missing or not accessible to this worker: {missing}; run "
-                              "`fifolane topics create`, or grant the worker's principal access "
-                              "(docs/security.md)")
-        found: dict[str, dict[str, str]] = {}
+            raise WorkerError(f"topics missing: {', '.join(missing)}; run `fifolane topics create`")
+        lacking = [f"{op} on topic {n!r}" for n in checked
+                   for op in (need or {}).get(n, ()) or ("DESCRIBE",) if not found[n].allows(op)]
+        if not group_ok:
+            lacking.append(f"READ on consumer group {group!r}")
+        if lacking:
+            who = access.principal or "this worker's principal"
+            raise WorkerError(
+                f"{who} lacks {', '.join(lacking)}: grant them (`fifolane acls apply --role worker "
+                f"--principal {who} --app <app>`, docs/security.md); not retrying")
+        admin = access.admin
+        found_configs: dict[str, dict[str, str]] = {}
         try:
             futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
                                              request_timeout=timeout)
             for res, fut in futures.items():
                 entries = fut.result(timeout=timeout)
-                found[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+                found_configs[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
         except KafkaException as exc:  # configs are optional: Kafka's defaults are assumed
             log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
                         map_error(exc, "describe configs"))
-        return found
+        return found_configs

@@ -133,7 +133,9 @@ class Worker:
         self.consumer = clients.consumer(consumer_config(o, self.group_id))
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
         names = [t for t in (self.topics.input, s.state_topic, s.dlq_topic, self.topics.directory) if t]
-        self._topic_configs = clients.topic_configs(names)
+        need = {**dict.fromkeys(names, ("READ", "WRITE", "DESCRIBE_CONFIGS")), s.dlq_topic: ("WRITE", "DESCRIBE_CONFIGS"),
+                **({s.registry_topic: ("READ", "WRITE")} if self.sink is not None else {})}  # docs/security.md
+        self._topic_configs = clients.topic_configs(names, need=need, group=self.group_id)
         retention = self._topic_configs.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
