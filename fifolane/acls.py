@@ -116,8 +116,10 @@ def role_grants(role: str, settings: Settings, *, app: str = "table", group_id: 
         return [
             *_topics([s.registry_topic], ["READ", "WRITE"], "fifolane listeners add/remove/list/describe"),
             *_topics([s.input_topic], ["DESCRIBE"], "partition count of a new output topic"),
-            *_topics(outs, ["CREATE", "WRITE"], "output topics it may name (created at registration)"),
-            *_topics(output_prefixes, ["CREATE", "WRITE"], "output topics it may name", prefixed=True),
+            *_topics(outs, ["CREATE", "WRITE", "DESCRIBE_CONFIGS"],
+                     "output topics it may name (created at registration; a compacted one is refused)"),
+            *_topics(output_prefixes, ["CREATE", "WRITE", "DESCRIBE_CONFIGS"], "output topics it may name",
+                     prefixed=True),
             Grant("group", REGISTRY_GROUPS, "READ", "reading the registry (assigned partition)", True),
         ]
     if role == "listener-reader":

@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_USERS",
     "SCRAM_MECHANISM",
     "SecureFiles",
+    "compose_node_properties",
     "ensure_secure_files",
     "find_keytool",
 ]
@@ -199,6 +200,34 @@ class SecureFiles:
             _write_private(out / f"{user}.properties", java)
             made[user] = out / f"{user}.toml"
         return made
+
+
+def compose_node_properties(files: SecureFiles, host: str, data_dir: str = "/var/lib/kafka/data") -> str:
+    """``server.properties`` of docker-compose's single secured node (profile ``secure``): the
+    client listener on ``host``:9092 (containers), a second SASL_SSL listener on :19092
+    published as localhost:29092 (the host), the controller on :9093. Replication 1."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{host}:9093",
+        "listeners": "CLIENT://:9092,HOST://:19092,CONTROLLER://:9093",
+        "advertised.listeners": f"CLIENT://{host}:9092,HOST://localhost:29092",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": data_dir,
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": "0",
+        **{k: "1" for k in ("default.replication.factor", "min.insync.replicas",
+                            "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                            "transaction.state.log.min.isr")},
+        **files.broker_properties(),
+    }
+    # The HOST listener: the same SASL_SSL and SCRAM as the client listener.
+    props["listener.security.protocol.map"] += ",HOST:SASL_SSL"
+    props["listener.name.host.sasl.enabled.mechanisms"] = SCRAM_MECHANISM
+    props[f"listener.name.host.{SCRAM_MECHANISM.lower()}.sasl.jaas.config"] = \
+        props[f"listener.name.client.{SCRAM_MECHANISM.lower()}.sasl.jaas.config"]
+    return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -337,19 +337,20 @@ class KafkaClients:
             found = access.topics(checked)
             group_ok = group is None or access.group_allows(group, "READ")
         except ConfigError as exc:  # wrong password, bad CA, no broker: say so, once
-            raise WorkerError(f"cannot start: {exc}") from exc
+            raise WorkerError(f"the worker cannot start: {exc}") from exc
         missing = sorted(n for n in checked if not found[n].exists)
         if missing:
-            raise WorkerError(f"topics missing: {', '.join(missing)}; run `fifolane topics create`")
+            raise WorkerError(f"the worker cannot start: topics missing: {', '.join(missing)}; run "
+                              "`fifolane topics create`")
         lacking = [f"{op} on topic {n!r}" for n in checked
                    for op in (need or {}).get(n, ()) or ("DESCRIBE",) if not found[n].allows(op)]
         if not group_ok:
             lacking.append(f"READ on consumer group {group!r}")
         if lacking:
             who = access.principal or "this worker's principal"
-            raise WorkerError(
-                f"{who} lacks {', '.join(lacking)}: grant them (`fifolane acls apply --role worker "
-                f"--principal {who} --app <app>`, docs/security.md); not retrying")
+            grant = f"fifolane acls apply --role worker --principal {who}" + (f" --group-id {group}" if group else "")
+            raise WorkerError(f"the worker cannot start: {who} lacks {', '.join(lacking)}; grant them "
+                              f"(`{grant}`, docs/security.md)")
         admin = access.admin
         found_configs: dict[str, dict[str, str]] = {}
         try:
