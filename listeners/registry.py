@@ -118,6 +118,7 @@ def ensure_output_topic(settings: Settings, topic: str) -> int:
 
 def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
     """Read the whole registry (committed records) and fold it."""
+    KafkaAccess(settings.kafka_config()).login()  # a wrong password: said at once, not a time-out
     state = RegistryState()
     topic = settings.registry_topic
     consumer = registry_consumer(settings)
