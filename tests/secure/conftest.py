@@ -14,6 +14,7 @@ Fixtures:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -33,6 +34,9 @@ def secure_cluster() -> Iterator[LocalCluster]:
     """A 1-node secured LocalCluster (certificates, users and broker made fresh)."""
     _reap_stale_homes()
     home = TEST_HOMES / f"{os.getpid()}-secure"
+    (home / "kafka").mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # so `fifolane kafka up` finds the jars there too
+        (home / "kafka" / "libs").symlink_to(SHARED_LIBS)
     cluster = LocalCluster(home, 1, libs=SHARED_LIBS, secure=True)
     cluster.up(timeout=240, fresh=True)
     try:
