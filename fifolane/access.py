@@ -16,6 +16,7 @@ cluster without an authorizer allows everything.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -26,6 +27,8 @@ from confluent_kafka.admin import AdminClient
 from fifolane.errors import ConfigError
 
 __all__ = ["KafkaAccess", "TopicAccess", "principal_of"]
+
+log = logging.getLogger(__name__)
 
 #: librdkafka error codes that mean "this login will never work": say so, do not retry.
 _LOGIN_ERRORS = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "TLS"}
@@ -142,17 +145,28 @@ class KafkaAccess:
         return out
 
     def group_allows(self, group: str, operation: str = "READ") -> bool:
-        """May the principal do ``operation`` on consumer group ``group`` (after :meth:`login`)?"""
+        """May the principal do ``operation`` on consumer group ``group`` (after :meth:`login`)?
+
+        A coordinator that is not ready (a new cluster creates its offsets topic on first
+        use) is asked again until the time-out; if it never answers, True: the consumer will
+        find out itself.
+        """
         self.login()
-        future = self.admin.describe_consumer_groups([group], include_authorized_operations=True,
-                                                     request_timeout=self.timeout)[group]
-        try:
-            desc = future.result()
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                return False
-            raise ConfigError(f"cannot describe consumer group {group!r}: {exc}") from exc
+        deadline = time.monotonic() + self.timeout
+        while True:
+            future = self.admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                         request_timeout=self.timeout)[group]
+            try:
+                desc = future.result()
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    return False
+                if time.monotonic() >= deadline:
+                    log.warning("cannot check access to consumer group %r: %s", group, exc)
+                    return True
+                time.sleep(0.2)  # the coordinator is loading or moving
         ops = desc.authorized_operations
         return ops is None or operation.upper() in {op.name for op in ops}
 

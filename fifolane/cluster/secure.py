@@ -287,19 +287,23 @@ def ensure_secure_files(folder: Path, hosts: Iterable[str] = ("localhost", "127.
     files = SecureFiles(Path(folder))
     if files.complete():
         return files, False
-    shutil.rmtree(files.dir, ignore_errors=True)
-    tmp = files.dir.with_name(files.dir.name + ".partial")
+    # Made in a sub-folder, then moved in, secrets.json last (it marks the folder complete):
+    # the folder itself may be a mount point (docker-compose's volume), so it stays.
+    files.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = files.dir / ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(mode=0o700, parents=True)
+    tmp.mkdir(mode=0o700)
     password = secrets.token_urlsafe(24)
     _make_certificates(tmp, hosts, password)
     (tmp / "ca.pem").chmod(0o644)
     for name in ("ca.p12", "broker.p12"):
         (tmp / name).chmod(0o600)
+    for name in ("ca.p12", "broker.p12", "ca.pem"):
+        os.replace(tmp / name, files.dir / name)
+    shutil.rmtree(tmp, ignore_errors=True)
     names = dict.fromkeys([ADMIN_USER, BROKER_USER, *users])
-    _write_private(tmp / "secrets.json", json.dumps({
+    _write_private(files.secrets_file, json.dumps({
         "store_password": password,
         "users": {name: secrets.token_urlsafe(18) for name in names},
     }, indent=2))
-    tmp.rename(files.dir)
     return files, True
