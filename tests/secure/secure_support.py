@@ -12,7 +12,7 @@ from fifolane.acls import add_scram_user, apply_role
 from fifolane.cluster import LocalCluster
 from fifolane.config import PROJECT_ROOT, Settings
 
-__all__ = ["SecureSetup", "cli_env", "run_cli"]
+__all__ = ["SecureSetup", "cli_env", "error_line", "run_cli"]
 
 
 @dataclass
@@ -55,3 +55,9 @@ def run_cli(settings: Settings, *args: str, timeout: float = 120) -> subprocess.
     return subprocess.run([sys.executable, "-c", "from fifolane.cli import main; main()", *args],
                           env=cli_env(settings), capture_output=True, text=True, timeout=timeout,
                           cwd=PROJECT_ROOT, check=False)
+
+
+def error_line(stderr: str) -> str:
+    """The one ``error:`` line fifolane prints (librdkafka's own log lines may come around it)."""
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    return line

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kafka_fixtures import consume_all, wait_until
-from secure_support import SecureSetup, run_cli
+from secure_support import SecureSetup, error_line, run_cli
 from worker_support import WorkerThread, reservation, send_events, wait_accounted
 
 from fifolane.acls import role_grants
@@ -23,12 +23,6 @@ from listeners.registry import _write, get_listener, register
 from listeners.runtime import ListenerRuntime
 
 pytestmark = pytest.mark.integration
-
-
-def _error_line(stderr: str) -> str:
-    """The one line fifolane prints (librdkafka's own log lines may come before or after)."""
-    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
-    return line
 
 
 def test_wrong_password_is_refused_clearly(secure: SecureSetup) -> None:
@@ -45,10 +39,10 @@ def test_wrong_password_is_refused_clearly(secure: SecureSetup) -> None:
 
     done = run_cli(wrong, "worker", "--worker-id", "w-wrong")  # exits: no retry loop
     assert done.returncode == 2
-    assert _error_line(done.stderr).startswith(f"error: the worker cannot start: {refused}")
+    assert error_line(done.stderr).startswith(f"error: the worker cannot start: {refused}")
     done = run_cli(wrong, "listeners", "list")
     assert done.returncode == 2
-    assert _error_line(done.stderr).startswith(f"error: {refused}")
+    assert error_line(done.stderr).startswith(f"error: {refused}")
 
 
 def test_a_principal_without_registry_write_cannot_register(secure: SecureSetup) -> None:
@@ -57,14 +51,14 @@ def test_a_principal_without_registry_write_cannot_register(secure: SecureSetup)
     reader = secure.as_user("listener-reader")
     done = run_cli(reader, "listeners", "add", "sneaky", "--filter", "true")
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    assert error_line(done.stderr) == (
         f"error: User:listener-reader may not register or remove listeners: it lacks WRITE on the "
         f"registry topic {reader.registry_topic!r}; an administrator can grant it with `fifolane acls "
         f"apply --role listener-admin --principal User:listener-reader` (docs/security.md)")
     nobody = secure.new_user("nobody")
     done = run_cli(nobody, "listeners", "list")
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"error: User:nobody may not read listener registrations: it lacks READ "
+    assert error_line(done.stderr) == (f"error: User:nobody may not read listener registrations: it lacks READ "
                                    f"on the registry topic {nobody.registry_topic!r} (docs/security.md)")
     # Nothing was written: the admin sees no registration.
     done = run_cli(secure.admin, "listeners", "list")
@@ -85,7 +79,7 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
         assert str(caught.value) == message
     done = run_cli(ladmin, "listeners", "add", "loop", "--filter", "true", "--output", s.input_topic)
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    assert error_line(done.stderr) == (
         f"error: output topic {s.input_topic!r} is the pipeline's input topic: notifications may not be "
         f"written into the pipeline's own topics; choose another output topic")
     with pytest.raises(ListenerError, match="^output topic '__consumer_offsets' is one of Kafka's internal"):
@@ -93,7 +87,7 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
     # Not one its principal may write (or create): refused, naming the permission.
     done = run_cli(ladmin, "listeners", "add", "elsewhere", "--filter", "true", "--output", "payments")
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    assert error_line(done.stderr) == (
         "error: User:listener-admin may not name output topic 'payments': it lacks WRITE on topic "
         "'payments'; a listener's output topic must be one its registering principal may write; an "
         "administrator can grant it with `fifolane acls apply --role listener-admin --principal "
@@ -103,7 +97,7 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
     create_topic(s, table, 1, {"cleanup.policy": "compact"})
     done = run_cli(s, "listeners", "add", "into-table", "--filter", "true", "--output", table)
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    assert error_line(done.stderr) == (
         f"error: output topic {table!r} is compacted (cleanup.policy=compact): it holds a table or "
         f"changelog, not notifications; choose another output topic")
     other = f"{s.input_topic}.payments"
@@ -113,7 +107,7 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
     assert producer.flush(30) == 0
     done = run_cli(s, "listeners", "add", "into-payments", "--filter", "true", "--output", other)
     assert done.returncode == 2
-    assert done.stderr.strip() == (
+    assert error_line(done.stderr) == (
         f"error: output topic {other!r} already holds records that are not listener notifications "
         f"(no fifolane.listener header): it is used for something else; choose another output topic")
     # Allowed: a topic under the granted prefix (created), and the registration carries its principal.
@@ -125,6 +119,14 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
     assert done.returncode == 0
     assert f"{'principal':<22} User:listener-admin" in done.stdout.splitlines()
     assert get_listener(s, "big").principal == "User:listener-admin"
+    # A reader granted another output topic may not read this one, and is told which ACL to ask for.
+    secure.grant("listener-reader", "listener-reader", listener="big")
+    done = run_cli(secure.as_user("listener-reader"), "listen", "big", "--timeout", "1")
+    assert done.returncode == 2
+    assert error_line(done.stderr) == (
+        f"error: User:listener-reader may not read listener 'big': it lacks READ on its output topic {mine!r}; "
+        f"an administrator can grant it with `fifolane acls apply --role listener-reader --principal "
+        f"User:listener-reader --listener big --output {mine}`")
     assert {r.split()[0] for r in run_cli(s, "listeners", "list").stdout.splitlines()} == {"big"}
 
 
@@ -137,7 +139,7 @@ def test_worker_without_the_state_topic_stops_at_start_up(secure: SecureSetup) -
         future.result()
     done = run_cli(user, "worker", "--worker-id", "w-nostate", timeout=60)  # exits: no retry loop
     assert done.returncode == 2
-    assert _error_line(done.stderr) == (
+    assert error_line(done.stderr) == (
         f"error: the worker cannot start: User:worker-no-state lacks READ on topic {s.state_topic!r}, WRITE "
         f"on topic {s.state_topic!r}, DESCRIBE_CONFIGS on topic {s.state_topic!r}; grant them (`fifolane "
         f"acls apply --role worker --principal User:worker-no-state --group-id fifolane-table`, "

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from secure_support import SecureSetup, cli_env, run_cli
+from secure_support import SecureSetup, cli_env, error_line, run_cli
 
 from fifolane.acls import role_grants
 from fifolane.config import Settings
@@ -87,7 +87,7 @@ def test_kafka_up_secure_prints_settings_that_work(secure: SecureSetup) -> None:
         run_cli(secure.admin, "acls", "list", "--principal", "User:producer").stdout.splitlines()
     done = run_cli(secure.as_user("worker"), "acls", "apply", "--role", "producer", "--principal", "User:worker")
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == (
+    assert error_line(done.stderr) == (
         "error: creating the producer ACLs for User:worker refused: worker lacks ALTER on the cluster: run it "
         "as an administrator (the admin user of `fifolane kafka up --secure`)")
     assert cli_env(secure.admin)["FIFOLANE_SASL_USERNAME"] == "admin"
