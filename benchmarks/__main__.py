@@ -1,5 +1,5 @@
 """``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``
-and ``python -m benchmarks profile [--events N]`` (cProfile of a worker run)."""
+and ``python -m benchmarks profile [--events N] [--app M:A] [--py-spy]`` (a worker's profile)."""
 
 from __future__ import annotations
 
@@ -62,11 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     prof.add_argument("--events", type=int, default=100_000)
     prof.add_argument("--guarantee", default="exactly-once", choices=["exactly-once", "at-least-once"])
     prof.add_argument("--top", type=int, default=25)
+    prof.add_argument("--app", default=None, help="profile an app (module:attr), e.g. examples.flights:app")
+    prof.add_argument("--py-spy", dest="spy", action="store_true",
+                      help="sample with py-spy (low overhead) instead of cProfile")
     args = parser.parse_args(argv)
     if args.command == "profile":
         from benchmarks.profiling import profile_worker
 
-        return profile_worker(args.events, args.guarantee, args.top)
+        return profile_worker(args.events, args.guarantee, args.top, app=args.app, spy=args.spy)
     return _run(args)
 
 

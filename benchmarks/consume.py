@@ -43,7 +43,7 @@ def raw_consume(settings: Settings, topic: str, partitions: int, batch: int = 10
                         continue
                     msg.key(), msg.value(), msg.headers()
                     total += 1
-                    if msg.offset() + 1 >= high:
+                    if (msg.offset() or 0) + 1 >= high:
                         at_end = True
             seconds += time.perf_counter() - t0
         finally:

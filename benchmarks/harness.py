@@ -188,7 +188,7 @@ class Bench:
             "bootstrap_servers": self.bootstrap, "input_topic": f"bench.events.{s}",
             "state_topic": f"bench.state.{s}", "registry_topic": f"bench.listeners.{s}",
             "dlq_topic": f"bench.dlq.{s}", "listener_output_topic": f"bench.notifications.{s}",
-            "directory_topic": f"bench.directory.{s}",
+            "directory_topic": f"bench.directory.{s}", "parked_topic": f"bench.parked.{s}",
             "partitions": partitions, "home": self.work / s,
         }
         values.update(overrides)
@@ -206,7 +206,7 @@ class Bench:
         settings = base.with_overrides(
             state_topic=f"bench.state.{s}", registry_topic=f"bench.listeners.{s}",
             dlq_topic=f"bench.dlq.{s}", listener_output_topic=f"bench.notifications.{s}",
-            directory_topic=f"bench.directory.{s}",
+            directory_topic=f"bench.directory.{s}", parked_topic=f"bench.parked.{s}",
             home=self.work / s,
         )
         ensure_topics(settings, base.partitions)

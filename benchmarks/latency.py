@@ -1,24 +1,42 @@
 """End-to-end latency: producer timestamp -> output record visible to a read_committed consumer.
 
-A paced producer sends ``count`` new entities (version 1, so none is superseded) at
-``rate`` per second to a running system; a read_committed consumer on the system's output
-topic (fifolane: the state topic) notes when each becomes visible. Both run in this
-process, so one clock times both ends.
+A paced producer sends new entities (version 1, so none is superseded) at ``rate`` per
+second to a running system; a read_committed consumer on each of the system's output
+topics (fifolane: the state topic and the listener notifications) notes when each becomes
+visible. Both run in this process, so one clock times both ends.
+
+Two floors of the first version of this probe are gone (benchmarks/README.md, "Latency"):
+
+- the probe's idempotent producer needs a producer id before its first delivery, and
+  librdkafka asks for one on a 500 ms timer after the producer is created: every event sent
+  in the first half second waited for it, so p99 came out near 492 ms for any system. The
+  producer is now warmed up first (``warm`` unmeasured events, flushed and seen on every
+  output) and the clock starts after that;
+- ``consume(500, timeout=0.05)`` returns only when 500 records arrived or the 50 ms ran out,
+  which added 0-50 ms to what it saw. The reader now blocks in ``poll`` (returns on the first
+  record) and drains what else is queued without waiting.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-__all__ = ["measure_latency", "percentiles"]
+__all__ = ["cdf_points", "measure_latency", "measure_outputs", "percentiles"]
+
+#: (id, key, value) of one probe event.
+Record = tuple[str, bytes, bytes]
+#: Names the probe event an output record belongs to (None: not a probe event).
+Ident = Callable[[Any], "str | None"]
+#: Percentile grid kept for the CDF plots: every 0.5%, then every 0.1% above 99%.
+CDF_GRID = tuple([p / 2 for p in range(0, 199)] + [99 + p / 10 for p in range(0, 11)])
 
 
-def percentiles(values: list[float], points: tuple[float, ...] = (50, 99)) -> dict[str, float]:
+def percentiles(values: Sequence[float], points: tuple[float, ...] = (50, 99)) -> dict[str, float]:
     """Nearest-rank percentiles, e.g. ``{"p50": ..., "p99": ...}``."""
     if not values:
         return {f"p{p:g}": float("nan") for p in points}
@@ -27,53 +45,119 @@ def percentiles(values: list[float], points: tuple[float, ...] = (50, 99)) -> di
             for p in points}
 
 
-def measure_latency(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
-                    records: list[tuple[str, bytes, bytes]], ident: Callable[[Any], str | None],
-                    *, rate: float, timeout: float = 60.0) -> dict[str, Any]:
-    """Send ``records`` (id, key, value) at ``rate``/s; ``ident(msg)`` names an output's id.
+def cdf_points(values: Sequence[float]) -> list[tuple[float, float]]:
+    """(percentile, latency ms) on :data:`CDF_GRID`: enough to draw the CDF, small to store."""
+    if not values:
+        return []
+    ordered = sorted(values)
+    n = len(ordered)
+    return [(p, round(ordered[min(n - 1, max(0, round(p / 100 * n) - 1))], 2)) for p in CDF_GRID]
 
-    Returns the latencies' p50/p99/max in milliseconds and how many were seen.
+
+def _assign_at_end(consumer: Consumer, topics: Sequence[str]) -> None:
+    meta = consumer.list_topics(timeout=10)
+    starts = []
+    for topic in topics:
+        for p in sorted(meta.topics[topic].partitions):
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            starts.append(TopicPartition(topic, p, high))
+    consumer.assign(starts)
+
+
+def measure_outputs(bootstrap: str, input_topic: str, outputs: dict[str, tuple[str, Ident]],
+                    records: Sequence[Record], *, rate: float, warm: int = 20, sample_every: int = 1,
+                    timeout: float = 60.0) -> dict[str, dict[str, Any]]:
+    """Send ``records`` at ``rate``/s; per output name, when each became visible there.
+
+    ``outputs``: name -> (topic, ident). The first ``warm`` records are sent and awaited on
+    every output before the clock starts (not measured); of the rest, every
+    ``sample_every``-th is timed. Returns per output: sent, seen, p50/p90/p99/max (ms) and
+    ``cdf`` (:func:`cdf_points`).
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "fetch.wait.max.ms": 5, "fetch.min.bytes": 1})
-    starts = []
-    for p in range(partitions):
-        _low, high = consumer.get_watermark_offsets(TopicPartition(output_topic, p), timeout=10)
-        starts.append(TopicPartition(output_topic, p, high))
-    consumer.assign(starts)
-    sent: dict[str, float] = {}
-    seen: dict[str, float] = {}
+    by_topic = {topic: (name, ident) for name, (topic, ident) in outputs.items()}
+    _assign_at_end(consumer, list(by_topic))
+    seen: dict[str, dict[str, float]] = {name: {} for name in outputs}
     done = threading.Event()
 
     def read() -> None:
         while not done.is_set():
-            for msg in consumer.consume(500, timeout=0.05):
+            first = consumer.poll(0.05)  # returns at the first record: no batching delay
+            if first is None:
+                continue
+            now = time.time()
+            for msg in [first, *consumer.consume(1000, timeout=0)]:
                 if msg.error() is not None:
                     continue
+                name, ident = by_topic[msg.topic() or ""]
                 rid = ident(msg)
-                if rid is not None and rid not in seen:
-                    seen[rid] = time.time()
+                if rid is not None and rid not in seen[name]:
+                    seen[name][rid] = now
 
     reader = threading.Thread(target=read, name="latency-reader", daemon=True)
     reader.start()
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 0})
+                         "linger.ms": 0, "queue.buffering.max.messages": 1_000_000})
+
+    def send(rid_key_value: Record) -> None:
+        _rid, key, value = rid_key_value
+        while True:
+            try:
+                producer.produce(input_topic, value, key)
+                return
+            except BufferError:
+                producer.poll(0.01)
+
+    def wait_seen(ids: list[str], limit: float) -> None:
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and not all(
+                all(r in seen[name] for r in ids) for name in outputs):
+            time.sleep(0.02)  # waiting on the reader thread under a deadline
+
+    # Warm-up: the producer id, the connections and the system's first records after idle.
+    warm_ids = [r[0] for r in records[:warm]]
+    for rec in records[:warm]:
+        send(rec)
+    producer.flush(30)
+    wait_seen(warm_ids, min(timeout, 30.0))
+    timed = records[warm:]
+    sent: dict[str, float] = {}
     t0 = time.monotonic()
-    for i, (rid, key, value) in enumerate(records):
+    i, n = 0, len(timed)
+    while i < n:
         pause = t0 + i / rate - time.monotonic()
         if pause > 0:
-            time.sleep(pause)  # pacing
-        sent[rid] = time.time()
-        producer.produce(input_topic, value, key)
+            time.sleep(pause)  # pacing: send what is due, then sleep to the next one
+        due = min(n, int((time.monotonic() - t0) * rate) + 1)
+        while i < due:
+            if i % sample_every == 0:
+                sent[timed[i][0]] = time.time()
+            send(timed[i])
+            i += 1
         producer.poll(0)
     producer.flush(30)
-    deadline = time.monotonic() + timeout
-    while len(seen) < len(records) and time.monotonic() < deadline:
-        time.sleep(0.05)  # wait for the last records under a deadline
+    wait_seen(list(sent), timeout)
     done.set()
     reader.join(5)
     consumer.close()
-    lat = [(seen[r] - sent[r]) * 1000 for r in list(seen) if r in sent]
-    return {"sent": len(records), "seen": len(lat), "rate": rate, **percentiles(lat),
-            "max": max(lat) if lat else float("nan")}
+    result = {}
+    for name in outputs:
+        lat = [(seen[name][r] - t) * 1000 for r, t in sent.items() if r in seen[name]]
+        result[name] = {"sent": len(sent), "seen": len(lat), "rate": rate, "events": n,
+                        **percentiles(lat, (50, 90, 99)), "max": max(lat) if lat else float("nan"),
+                        "cdf": cdf_points(lat)}
+    return result
+
+
+def measure_latency(bootstrap: str, input_topic: str, output_topic: str, partitions: int,
+                    records: list[tuple[str, bytes, bytes]], ident: Ident,
+                    *, rate: float, timeout: float = 60.0) -> dict[str, Any]:
+    """One output topic: :func:`measure_outputs` without the CDF (``partitions`` is unused:
+    the output's partitions are looked up)."""
+    del partitions
+    out = measure_outputs(bootstrap, input_topic, {"out": (output_topic, ident)}, records,
+                          rate=rate, timeout=timeout)["out"]
+    out.pop("cdf")
+    return out

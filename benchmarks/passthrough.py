@@ -6,7 +6,8 @@
   event at a time, sleeping the event's handler delay (see :func:`benchmarks.events.sleep_for`).
 
 Both use the producer settings of the fifolane worker (idempotent, acks=all, its batching:
-``services.worker.clients.PRODUCER_BATCHING``).
+``services.worker.clients.PRODUCER_BATCHING``) and the consumer settings pinned for every
+system (:data:`benchmarks.procs.CONSUMER_PINNED`).
 SIGTERM ends the loop after a final commit.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 
 from benchmarks.events import sleep_for
+from benchmarks.procs import CONSUMER_PINNED
 from services.worker.clients import PRODUCER_BATCHING
 
 __all__ = ["main"]
@@ -33,9 +35,11 @@ def _on_term(_signum: int, _frame: Any) -> None:
 
 
 def _clients(args: argparse.Namespace) -> tuple[Consumer, Producer]:
+    extra = dict(kv.split("=", 1) for kv in args.consumer_config)
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "enable.auto.commit": False,
         "auto.offset.reset": "earliest", "isolation.level": "read_committed", "fetch.wait.max.ms": 50,
+        **CONSUMER_PINNED, **extra,
     })
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "enable.idempotence": True, "acks": "all",
@@ -62,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", required=True)
     parser.add_argument("--commit-interval", type=float, default=0.25)
     parser.add_argument("--max-sleep-ms", type=float, default=5.0)
+    parser.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra librdkafka consumer setting (repeatable)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
     consumer, producer = _clients(args)
@@ -75,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             if msg.error() is not None:
                 continue
             if args.mode == "serial":
-                time.sleep(sleep_for(msg.value(), args.max_sleep_ms))
+                time.sleep(sleep_for(msg.value() or b"", args.max_sleep_ms))
             _produce(producer, args.output, msg.value(), msg.key())
             dirty = True
         producer.poll(0)

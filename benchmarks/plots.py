@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - the backend must be chosen first
 
-__all__ = ["bar_plot", "plots_from_results", "slow_plot"]
+__all__ = ["bar_plot", "latency_cdf_plot", "plots_from_results", "slow_plot"]
 
 
 def bar_plot(path: Path, title: str, values: dict[str, float], ylabel: str) -> None:
@@ -50,6 +50,39 @@ def slow_plot(path: Path, seconds: dict[int, float], serial: float, reference: d
     plt.close(fig)
 
 
+def latency_cdf_plot(path: Path, raw: dict[str, Any]) -> None:
+    """One panel per system: the latency CDF per load (line style) and output (colour)."""
+    systems = [k for k, v in raw.items() if "loads" in v]
+    cols = 2
+    rows = max(1, (len(systems) + cols - 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 3.2 * rows), squeeze=False)
+    styles = ["-", "--", ":", "-."]
+    colours = {"state": "#4477aa", "notifications": "#ee6677", "output": "#228833"}
+    for ax, key in zip(axes.flat, systems, strict=False):
+        data = raw[key]
+        for style, (load, outs) in zip(styles, data["loads"].items(), strict=False):
+            for out, lat in outs.items():
+                pts = lat.get("cdf") or []
+                if not pts:
+                    continue
+                ax.plot([p[1] for p in pts], [p[0] for p in pts], style, color=colours.get(out, "grey"),
+                        label=f"{out}, {load} load ({lat['rate']:,.0f}/s): p50 {lat['p50']:.0f}, "
+                              f"p99 {lat['p99']:.0f} ms")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 100)
+        ax.set_title(f"{key.replace('_', ' ')} (max {data['max_rate']:,.0f} events/s)", fontsize=9)
+        ax.set_xlabel("produce -> visible (read_committed), ms", fontsize=8)
+        ax.set_ylabel("percentile", fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6, loc="lower right")
+    for ax in list(axes.flat)[len(systems):]:
+        ax.set_visible(False)
+    fig.suptitle("End-to-end latency CDF at 10% and 50% of each system's maximum rate", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) -> list[Path]:
     """The throughput bar charts of whatever suites ran (slow draws its own)."""
     made = []
@@ -58,7 +91,9 @@ def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) ->
         raw = stateful["raw"]
         rates = {"ceiling loop": raw["ceiling"]["events_per_s"]}
         for key, label in (("fifolane_ALO", "fifolane ALO"), ("fifolane_EOS", "fifolane EOS"),
-                           ("quix_ALO", "Quix ALO"), ("quix_EOS", "Quix EOS")):
+                           ("quix_ALO", "Quix ALO"), ("quix_EOS", "Quix EOS"),
+                           ("kstreams_ALO", "KStreams ALO"), ("kstreams_EOS", "KStreams EOS"),
+                           ("kstreams1w_ALO", "KStreams 1w ALO"), ("kstreams1w_EOS", "KStreams 1w EOS")):
             if key in raw:
                 rates[label] = raw[key]["throughput"]["events_per_s"]
         path = results_dir / "stateful.png"
@@ -72,6 +107,20 @@ def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) ->
         path = results_dir / "listeners.png"
         bar_plot(path, "Worker throughput by registered listeners", rates, "events/s")
         made.append(path)
+    lat = results.get("latency")
+    if lat and any("loads" in v for v in lat["raw"].values()):
+        path = results_dir / "latency.png"
+        latency_cdf_plot(path, lat["raw"])
+        made.append(path)
+    app = results.get("app")
+    if app:
+        rates = {label: app["raw"][k]["throughput"]["events_per_s"] for k, label in
+                 (("ceiling", "plain loop"), ("fifolane_EOS", "fifolane EOS"), ("quix_EOS", "Quix EOS"))
+                 if "throughput" in app["raw"].get(k, {})}
+        if rates:
+            path = results_dir / "app.png"
+            bar_plot(path, "Flights app (3 reads, 2 writes per event), exactly-once", rates, "events/s")
+            made.append(path)
     restore = results.get("restore")
     if restore:
         raw = restore["raw"]

@@ -10,6 +10,7 @@ commit) are excluded the same way for every system.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,25 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fifolane.config import PROJECT_ROOT, Settings
 
-__all__ = ["Commits", "child_env", "running", "watch_committed", "worker_cmd"]
+__all__ = ["CONSUMER_PINNED", "Commits", "child_env", "pinned_args", "running", "watch_committed",
+           "worker_cmd"]
+
+#: librdkafka consumer settings pinned for every librdkafka-based system (the plain loops,
+#: fifolane, Quix Streams). By default a consumer stops fetching for fetch.queue.backoff.ms
+#: (1000 ms) whenever its queue holds more than queued.min.messages (100,000); with the
+#: high-level consumer that is the one queue of all partitions, so a single fetch response
+#: (6 partitions x max.partition.fetch.bytes 1 MB, ~120,000 of the benchmark's events) trips
+#: it. A fast loop then drains the queue in ~0.3 s and idles for the rest of the second:
+#: ~120k events/s. Runs whose fetches and drains interleave differently never trip it: ~200k
+#: and more. That was the bimodal plain loop (benchmarks/README.md, "Stable baselines").
+#: Re-checking the queue every 10 ms instead keeps the same memory bound without the stall.
+#: The Java client (Kafka Streams) has no such back-off. The fifolane worker sets it itself.
+CONSUMER_PINNED: dict[str, str] = {"fetch.queue.backoff.ms": "10"}
+
+
+def pinned_args() -> list[str]:
+    """``--consumer-config KEY=VALUE`` arguments carrying :data:`CONSUMER_PINNED`."""
+    return [arg for k, v in CONSUMER_PINNED.items() for arg in ("--consumer-config", f"{k}={v}")]
 
 
 def child_env(settings: Settings) -> dict[str, str]:
@@ -35,8 +54,12 @@ def child_env(settings: Settings) -> dict[str, str]:
         "FIFOLANE_REGISTRY_TOPIC": settings.registry_topic, "FIFOLANE_DLQ_TOPIC": settings.dlq_topic,
         "FIFOLANE_LISTENER_OUTPUT_TOPIC": settings.listener_output_topic,
         "FIFOLANE_DIRECTORY_TOPIC": settings.directory_topic,
+        "FIFOLANE_PARKED_TOPIC": settings.parked_topic,
         "FIFOLANE_HOME": str(settings.home), "FIFOLANE_PARTITIONS": str(settings.partitions),
         "FIFOLANE_LOG_LEVEL": "INFO",
+        # The worker's consumer has CONSUMER_PINNED in its own configuration
+        # (services.worker.clients.consumer_config).
+        "FIFOLANE_LIBRDKAFKA": json.dumps(settings.librdkafka),
         "PYTHONPATH": str(PROJECT_ROOT),
     })
     return env

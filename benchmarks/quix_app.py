@@ -20,6 +20,8 @@ def main() -> None:
     parser.add_argument("--guarantee", choices=["exactly-once", "at-least-once"], required=True)
     parser.add_argument("--commit-interval", type=float, default=0.25)
     parser.add_argument("--state-dir", required=True)
+    parser.add_argument("--consumer-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra librdkafka consumer setting (the harness pins fetch settings)")
     args = parser.parse_args()
 
     from quixstreams import Application, State
@@ -29,6 +31,7 @@ def main() -> None:
         processing_guarantee=args.guarantee, commit_interval=args.commit_interval,
         state_dir=args.state_dir, loglevel="WARNING", auto_create_topics=True,
         use_changelog_topics=True,
+        consumer_extra_config=dict(kv.split("=", 1) for kv in args.consumer_config),
     )
     source = app.topic(args.input, value_deserializer="json")
     sink = app.topic(args.output, value_serializer="json")

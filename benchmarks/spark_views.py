@@ -159,7 +159,7 @@ def main() -> None:
                             input_topic=f"bench.events.{suffix}", state_topic=f"bench.state.{suffix}",
                             registry_topic=f"bench.listeners.{suffix}", dlq_topic=f"bench.dlq.{suffix}",
                             listener_output_topic=f"bench.notifications.{suffix}",
-                            directory_topic=f"bench.directory.{suffix}")
+                            directory_topic=f"bench.directory.{suffix}", parked_topic=f"bench.parked.{suffix}")
         ensure_topics(settings)
         catalog = SchemaCatalog.load()
         result: dict[str, Any] = {"entities": args.entities, "partitions": args.partitions,

@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     registry_topic: str = "fifolane.listeners"
     dlq_topic: str = "fifolane.dlq"
     listener_output_topic: str = "fifolane.notifications"
+    parked_topic: str = Field(
+        default="fifolane.parked",
+        description="Parked groups and their held events (compacted; --on-failure park).",
+    )
     directory_topic: str = Field(
         default="fifolane.directory",
         description="Entity directory (compacted): where each entity lives, so an entity can "

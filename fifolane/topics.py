@@ -44,7 +44,7 @@ __all__ = [
 DEFAULT_HISTORY_WINDOW_MS = 60 * 60 * 1000
 _DELETE_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 #: Role names, in creation order (input first: the others follow its partition count).
-ROLES = ("input", "state", "registry", "dlq", "listener_output", "directory")
+ROLES = ("input", "state", "registry", "dlq", "listener_output", "directory", "parked")
 #: Configs shown by describe and kept in TopicState.
 _SHOWN_CONFIGS = (
     "cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "retention.ms", "min.insync.replicas",
@@ -83,6 +83,7 @@ def role_names(settings: Settings) -> dict[str, str]:
         "dlq": settings.dlq_topic,
         "listener_output": settings.listener_output_topic,
         "directory": settings.directory_topic,
+        "parked": settings.parked_topic,
     }
 
 
@@ -105,6 +106,8 @@ def topic_specs(settings: Settings, partitions: int, history_window_ms: int | No
         TopicSpec("listener_output", names["listener_output"], partitions, delete, delete),
         # Keyed by entity key: any partition count works; it follows the input's by default.
         TopicSpec("directory", names["directory"], None, compact, compact),
+        # Parked groups live in their group's partition number.
+        TopicSpec("parked", names["parked"], partitions, compact, compact),
     ]
 
 

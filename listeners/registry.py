@@ -25,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fifolane.access import KafkaAccess, principal_of
@@ -131,7 +132,7 @@ def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
         if md is None or md.error is not None:
             return state
         tp = TopicPartition(topic, 0)
-        _lo, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        high = _log_end(settings, tp, timeout)
         if high <= 0:
             return state
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -155,6 +156,19 @@ def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
                 return state
     finally:
         consumer.close()
+
+
+def _log_end(settings: Settings, tp: TopicPartition, timeout: float) -> int:
+    """The partition's log end. Not a read_committed consumer's end: that is the last stable
+    offset, which stops before a worker's open transaction (snapshot progress, status
+    records) and so misses every registration written after it; reading on until the log
+    end waits for such a transaction to be decided (a checkpoint, at most its time-out)."""
+    probe = Consumer(settings.kafka_config(**{"group.id": f"fifolane-registry-{uuid.uuid4().hex}",
+                                              "isolation.level": "read_uncommitted"}))
+    try:
+        return int(probe.get_watermark_offsets(tp, timeout=timeout)[1])
+    finally:
+        probe.close()
 
 
 def list_listeners(settings: Settings) -> list[ListenerSpec]:

@@ -4,7 +4,7 @@
 ``produce`` records (or only counts) what is sent, over committed rows kept in a dict;
 :class:`QuietRegistry` is a registry follower that is always caught up and never reads
 anything (records are applied with ``ListenerRuntime.apply_records``). For unit tests and
-``python -m listeners.bench``.
+``python -m benchmarks.listener_cpu``.
 """
 
 from __future__ import annotations

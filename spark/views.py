@@ -27,7 +27,7 @@ RESERVATION_COLUMNS = (
 )
 FLIGHT_COLUMNS = ("flight_number", "origin", "destination", "departure", "capacity", "version")
 #: Symbols of the ``ReservationState`` enum, in declaration order.
-RESERVATION_STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED")
+RESERVATION_STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED", "TICKETED")
 _CONFIRMED = "CONFIRMED"
 
 

@@ -15,6 +15,8 @@ __all__ = ["SUITES", "load"]
 SUITES: dict[str, str] = {
     "ceiling": "ceiling",
     "stateful": "stateful",
+    "latency": "latency",
+    "app": "app",
     "slow": "slow",
     "listeners": "listeners",
     "restore": "restore",

@@ -79,7 +79,7 @@ def run(bench: Bench) -> None:
                                                 note=SKIPPED)],
                            started=started, settings={}, raw={"skipped": SKIPPED}, notes=[SKIPPED])
         return
-    from benchmarks.suites.stateful import run_worker
+    from benchmarks.systems import run_worker
 
     n = bench.size(100_000, 20_000)
     base = bench.topic_set("listeners", PARTITIONS)

@@ -6,115 +6,50 @@ every system reads it with its own consumer group and writes its own output topi
 - the ceiling loop (baseline, see :mod:`benchmarks.suites.ceiling`);
 - the fifolane worker (built-in table handler, RocksDB state, state-topic changelog),
   at-least-once and exactly-once, no listeners;
-- Quix Streams: JSON in, filter, per-key count in RocksDB state, JSON out, both guarantees.
+- Quix Streams: JSON in, filter, per-key count in RocksDB state, JSON out, both guarantees;
+- Kafka Streams (``benchmarks/kstreams``, a JVM): the same table job on the same Avro
+  input, exactly_once_v2 and at_least_once, as written naturally (RocksDB store with its
+  changelog, plus the output topic: two writes per change) and with the store's changelog
+  off (output only: fifolane's single write). Its JVM warms up inside the process on
+  events of the same topic (own application id and output) before the measured run.
 
-The ceiling loop and fifolane run in interleaved rounds and the median of each is
-reported (this 2-core machine is noisy). After the last round's throughput run, the
-still-running system gets a paced latency probe.
+Every system runs in interleaved rounds and the median of each is reported (this 2-core
+machine is noisy). After the last round's throughput run, the still-running system gets a
+paced latency probe.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
-import uuid
 from typing import Any
 
-from benchmarks import latency
 from benchmarks.events import events, produce_avro, produce_json
 from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
-from benchmarks.procs import child_env, log_tail, running, watch_committed, worker_cmd
+from benchmarks.kafka_streams import KafkaStreamsError, ensure_app, java_version
 from benchmarks.quix import quix_python
 from benchmarks.suites.ceiling import measure_ceiling
-from benchmarks.suites.listeners import register
-from fifolane.config import Settings
-from fifolane.serde import SchemaCatalog, make_codec
+from benchmarks.systems import SHORT, fixed_probe, run_kstreams, run_quix, run_worker
+from fifolane.cluster.jars import KAFKA_VERSION
 from fifolane.topics import create_topic
 
-__all__ = ["run", "run_worker"]
+__all__ = ["GUARANTEES", "KSTREAMS", "kstreams_build", "run"]
 
 PARTITIONS = 6
 GUARANTEES = ("at-least-once", "exactly-once")
-_SHORT = {"at-least-once": "ALO", "exactly-once": "EOS"}
+_SHORT = SHORT
+#: Kafka Streams variants: raw-result prefix -> TableApp --variant.
+KSTREAMS = {"kstreams": "changelog", "kstreams1w": "single-write"}
+_KS_LABEL = {"kstreams": "Kafka Streams", "kstreams1w": "Kafka Streams single-write"}
 
 
-def _latency_records(settings: Settings, tag: str, n: int, fmt: str) -> list[tuple[str, bytes, bytes]]:
-    codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
-    out = []
-    for group, rid, _v, rec in events(n, entities=n, prefix=f"L{tag}-"):
-        value = codec.encode("reservation", rec) if fmt == "avro" else json.dumps(rec).encode()
-        out.append((rid, group.encode(), value))
-    return out
-
-
-def _fifolane_ident(msg: Any) -> str | None:
-    key = msg.key() or b""
-    return key.decode().split("/", 1)[1] if key.startswith(b"reservation/") else None
-
-
-def _quix_ident(msg: Any) -> str | None:
+def kstreams_build(bench: Bench) -> tuple[Any, str | None]:
+    """The built Kafka Streams app (built now if needed, with progress), or why not."""
+    bench.step("Kafka Streams app: checking the build (mvn package on first use)")
     try:
-        return str(json.loads(msg.value())["rid"])
-    except (TypeError, ValueError, KeyError):
-        return None
-
-
-def run_worker(bench: Bench, base: Settings, total: int, guarantee: str, *, label: str,
-               listeners: list[tuple[str, bytes]] | None = None, concurrency: int = 16,
-               app: str | None = None, probe: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One fifolane worker over ``base``'s input: throughput, then (``probe``) latency."""
-    settings = bench.run_on(base, label)
-    if listeners:
-        register(settings, listeners)
-    wid = f"bench-{uuid.uuid4().hex[:6]}"
-    group = f"bench-fifolane-{wid}"
-    cmd = worker_cmd(settings, wid, group, guarantee=guarantee, concurrency=concurrency,
-                     commit_interval=COMMIT_INTERVAL, app=app, listeners=bool(listeners))
-    log = settings.home / f"{wid}.log"
-    bench.step(f"{label}: fifolane {guarantee}", total)
-    with running(cmd, log, env=child_env(settings)) as proc:
-        try:
-            commits = watch_committed(bench.bootstrap, group, settings.input_topic, settings.partitions,
-                                      total, timeout=120 + total / 1000, alive=lambda: proc.poll() is None,
-                                      on_progress=bench.advance)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\nworker log {log}:\n{log_tail(log)}") from exc
-        result: dict[str, Any] = {"throughput": commits.to_dict(), "listeners": len(listeners or ())}
-        if probe is not None:
-            bench.step(f"{label}: latency probe ({probe['count']} events at {probe['rate']}/s)")
-            recs = _latency_records(settings, label, probe["count"], "avro")
-            result["latency_ms"] = latency.measure_latency(
-                bench.bootstrap, settings.input_topic, settings.state_topic, settings.partitions,
-                recs, _fifolane_ident, rate=probe["rate"])
-    return result
-
-
-def _run_quix(bench: Bench, python: str, base: Settings, json_topic: str, total: int, guarantee: str,
-              probe: dict[str, Any] | None) -> dict[str, Any]:
-    tag = f"quix-{_SHORT[guarantee].lower()}-{uuid.uuid4().hex[:6]}"
-    out = f"bench.quix-out.{tag}"
-    create_topic(base, out, base.partitions)
-    group = f"bench-{tag}"
-    cmd = [python, "benchmarks/quix_app.py", "--bootstrap", bench.bootstrap, "--input", json_topic,
-           "--output", out, "--group", group, "--guarantee", guarantee,
-           "--commit-interval", str(COMMIT_INTERVAL), "--state-dir", str(bench.work / tag)]
-    log = bench.work / f"{tag}.log"
-    bench.step(f"stateful: Quix Streams {guarantee}", total)
-    with running(cmd, log) as proc:
-        try:
-            commits = watch_committed(bench.bootstrap, group, json_topic, base.partitions, total,
-                                      timeout=180 + total / 500, alive=lambda: proc.poll() is None,
-                                      on_progress=bench.advance)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\nquix log {log}:\n{log_tail(log)}") from exc
-        result: dict[str, Any] = {"throughput": commits.to_dict()}
-        if probe is not None:
-            bench.step(f"stateful: Quix {guarantee} latency probe")
-            recs = _latency_records(base, tag, probe["count"], "json")
-            result["latency_ms"] = latency.measure_latency(bench.bootstrap, json_topic, out, base.partitions,
-                                                           recs, _quix_ident, rate=probe["rate"])
-    return result
+        return ensure_app(on_progress=bench.log), None
+    except KafkaStreamsError as exc:
+        return None, str(exc)
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -145,20 +80,36 @@ def run(bench: Bench) -> None:
     notes = ["Throughput is timed from the first offset commit to the commit covering the last "
              "event (start-up, group join and restore excluded), all systems with the same "
              f"{COMMIT_INTERVAL}s commit interval.",
-             f"After one untimed warm-up pass, the ceiling loop, fifolane ALO/EOS and Quix "
-             f"Streams ALO/EOS ran {reps} times each, interleaved (ceiling, fifolane ALO, fifolane "
-             "EOS, Quix ALO, Quix EOS, ceiling, ...); the table shows each one's median run, "
+             f"After one untimed warm-up pass, the ceiling loop, fifolane ALO/EOS, Quix "
+             f"Streams ALO/EOS and Kafka Streams (changelog, then single-write) ran {reps} times "
+             "each, interleaved in that order; the table shows each one's median run, "
              "raw/reps_events_per_s every run.",
              "fifolane runs the built-in table handler with no listeners registered (the "
              "listeners suite measures their cost).",
              "Latency: a paced producer sends new entities to the running system; a read_committed "
              "consumer in the same process notes when each output becomes visible (fifolane: the "
-             "state topic); measured in the last round."]
+             "state topic); measured in the last round (the latency suite measures it under "
+             "load).",
+             "Every librdkafka consumer (plain loop, fifolane, Quix) runs with "
+             "fetch.queue.backoff.ms=10 (benchmarks/README.md, 'Stable baselines')."]
     runs: dict[str, list[dict[str, Any]]] = {"ceiling": [], "fifolane_ALO": [], "fifolane_EOS": [],
                                              "quix_ALO": [], "quix_EOS": []}
     env = quix_python()
     if env.python is None:
         notes.append(f"Quix Streams not measured: {env.error}")
+    # Quick runs only the exactly-once Kafka Streams pair (the target's row).
+    ks_guarantees = ("exactly-once",) if bench.quick else GUARANTEES
+    ks_build, ks_error = kstreams_build(bench)
+    if ks_build is None:
+        notes.append(f"Kafka Streams not measured: {ks_error}")
+    ks_warm = f"{base.input_topic}.ks-warmup"
+    create_topic(base, ks_warm, PARTITIONS)
+    ks_warm_events = min(n, bench.size(100_000, 30_000))
+    notes.append(f"Kafka Streams {'/'.join(_SHORT[g] for g in ks_guarantees)}: each run first warms "
+                 f"its JVM on {ks_warm_events:,} events of the same input (own application id and "
+                 "output, closed before the measured run starts); 'single-write' disables the "
+                 "store's changelog (output topic only, like fifolane's one state-topic write; "
+                 "such a store cannot be restored).")
     # A first pass over a freshly written topic is slower for whoever comes first (broker JIT
     # and caches still cold): one untimed ceiling run warms the broker for every system.
     bench.step("stateful: warm-up pass (not timed)")
@@ -168,14 +119,27 @@ def run(bench: Bench) -> None:
         runs["ceiling"].append({"throughput": measure_ceiling(bench, base, n).to_dict()})
         for g in GUARANTEES:
             label = f"stateful-{_SHORT[g]}"
-            runs[f"fifolane_{_SHORT[g]}"].append(
-                run_worker(bench, base, n, g, label=label, probe=probe if last else None))
+            after = fixed_probe(base, "avro", probe["count"], probe["rate"], tag=label) if last else None
+            runs[f"fifolane_{_SHORT[g]}"].append(run_worker(bench, base, n, g, label=label, after=after))
         for g in GUARANTEES if env.python is not None else ():
             try:
-                runs[f"quix_{_SHORT[g]}"].append(_run_quix(bench, str(env.python), base, json_topic, n, g,
-                                                           probe if last else None))
+                after = fixed_probe(base, "json", probe["count"], probe["rate"],
+                                    tag=f"quix-{_SHORT[g]}") if last else None
+                runs[f"quix_{_SHORT[g]}"].append(run_quix(bench, str(env.python), base, json_topic, n, g,
+                                                          label="stateful", after=after))
             except RuntimeError as exc:  # record it: the fifolane numbers still stand
                 notes.append(f"Quix Streams {g} failed in round {r + 1}: {str(exc).splitlines()[0]}")
+        for prefix, variant in KSTREAMS.items() if ks_build is not None else ():
+            for g in ks_guarantees:
+                try:
+                    after = fixed_probe(base, "avro", probe["count"], probe["rate"],
+                                        tag=f"{prefix}-{_SHORT[g]}") if last else None
+                    runs.setdefault(f"{prefix}_{_SHORT[g]}", []).append(run_kstreams(
+                        bench, ks_build, base, n, g, variant, warmup=(ks_warm, ks_warm_events),
+                        label="stateful", after=after))
+                except RuntimeError as exc:
+                    notes.append(f"Kafka Streams {variant} {g} failed in round {r + 1}: "
+                                 f"{str(exc).splitlines()[0]}")
     raw: dict[str, Any] = {k: _median_run(v) for k, v in runs.items() if v}
     for key in raw:  # the latency of the last round belongs to the median entry too
         if key != "ceiling":
@@ -183,10 +147,12 @@ def run(bench: Bench) -> None:
     raw["ceiling"] = {**raw["ceiling"]["throughput"], "reps_events_per_s": raw["ceiling"]["reps_events_per_s"]}
     raw["quix_env"] = {"python": str(env.python), "quixstreams": env.version,
                        "confluent_kafka": env.confluent_kafka, "error": env.error}
+    raw["kstreams_env"] = {"kafka_streams": KAFKA_VERSION, "java": java_version(), "error": ks_error,
+                           "warmup_events": ks_warm_events, "threads": 1}
     bench.write_result("stateful", _metrics(raw), started=started, raw=raw, notes=notes, settings={
         "events": n, "groups": 1000, "entities": n // 2, "partitions": PARTITIONS,
         "commit_interval_s": COMMIT_INTERVAL, "fifolane_concurrency": 16, "rounds": reps,
-        "latency_probe": probe, "listeners": 0,
+        "latency_probe": probe, "listeners": 0, "kstreams_guarantees": list(ks_guarantees),
     })
 
 
@@ -210,11 +176,28 @@ def _metrics(raw: dict[str, Any]) -> list[Metric]:
         Metric("stateful", "fifolane table ALO vs Quix ALO", alo, "events/s", "Quix ALO", qalo,
                ">= 3x", None if not (alo and qalo) else alo / qalo >= 3),
     ]
-    for name in ("fifolane_ALO", "fifolane_EOS", "quix_ALO", "quix_EOS"):
+    for prefix, label in _KS_LABEL.items():
+        for short, rate in (("EOS", eos), ("ALO", alo)):
+            ks = _rate(raw, f"{prefix}_{short}")
+            if ks is None:
+                continue
+            headline = prefix == "kstreams" and short == "EOS"
+            m.append(Metric("stateful", f"fifolane table {short} vs {label} {short}", rate, "events/s",
+                            f"{label} {short}", ks, ">= 1.0x" if headline else "",
+                            (None if not rate else rate / ks >= 1.0) if headline else None))
+    names = {"fifolane_ALO": "fifolane ALO", "fifolane_EOS": "fifolane EOS", "quix_ALO": "Quix ALO",
+             "quix_EOS": "Quix EOS"}
+    names.update({f"{p}_{s}": f"{label} {s}" for p, label in _KS_LABEL.items() for s in ("ALO", "EOS")})
+    for name, label in names.items():
         lat = raw.get(name, {}).get("latency_ms")
-        if lat:
-            label = name.replace("_", " ").replace("fifolane", "fifolane").replace("quix", "Quix")
-            m.append(Metric("stateful", f"{label} latency p50", lat["p50"], "ms",
-                            note=f"p99 {lat['p99']:.0f} ms, {lat['seen']}/{lat['sent']} seen"))
-            m.append(Metric("stateful", f"{label} latency p99", lat["p99"], "ms"))
+        if not lat:
+            continue
+        mine = raw.get(f"fifolane_{name[-3:]}", {}).get("latency_ms") if not name.startswith("fifolane") else None
+        m.append(Metric("stateful", f"{label} latency p50", lat["p50"], "ms",
+                        note=f"p99 {lat['p99']:.0f} ms, {lat['seen']}/{lat['sent']} seen"))
+        m.append(Metric("stateful", f"{label} latency p99", lat["p99"], "ms"))
+        if mine and name.startswith("kstreams"):  # latency ratio: below 1.0x fifolane is faster
+            for p in ("p50", "p99"):
+                m.append(Metric("stateful", f"fifolane {name[-3:]} latency {p} vs {label}", mine[p], "ms",
+                                f"{label} {p}", lat[p]))
     return m

@@ -22,6 +22,7 @@ _COMMANDS: dict[str, str] = {
     "topics": "fifolane.cli.topics:topics",
     "produce": "fifolane.cli.produce:produce",
     "worker": "fifolane.cli.worker:worker",
+    "groups": "fifolane.cli.groups:groups",
     "listeners": "fifolane.cli.listeners:listeners",
     "listen": "fifolane.cli.listeners:listen",
     "views": "fifolane.cli.views:views",

@@ -25,6 +25,9 @@ __all__ = ["worker"]
               help="Seconds between checkpoints (transactions).")
 @click.option("--retries", default=3, show_default=True, type=click.IntRange(min=0),
               help="Handler retries before an event is dead-lettered.")
+@click.option("--on-failure", type=click.Choice(["skip", "park"]), default="skip", show_default=True,
+              help="After the retries: skip (dead-letter the event, the group goes on) or park "
+                   "(hold the group's events until `fifolane groups release`).")
 @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
               help="RocksDB directory (default: <home>/state/<worker-id>).")
 @click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
@@ -35,9 +38,22 @@ __all__ = ["worker"]
 @click.option("--listeners/--no-listeners", default=True, show_default=True,
               help="Evaluate registered cluster listeners.")
 def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_id: str | None,
-           guarantee: str, commit_interval: float, retries: int, state_dir: Path | None,
+           guarantee: str, commit_interval: float, retries: int, on_failure: str, state_dir: Path | None,
            metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
+    # SIGTERM/SIGINT leave cleanly from the start: a worker stopped while it still imports
+    # and connects (a scale-in right after a scale-out) exits 0 instead of being killed.
+    made: list[Any] = []  # the worker, once made
+    requested: list[int] = []
+
+    def _term(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: finishing the checkpoint and leaving", signum)
+        requested.append(signum)
+        for w in made:
+            w.stop()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
     from fifolane.config import load_settings
     from services.worker.options import WorkerOptions, default_worker_id
     from services.worker.runtime import Worker, load_app
@@ -48,6 +64,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]
         commit_interval=commit_interval, retries=retries, state_dir=state_dir,
+        on_failure=on_failure,  # type: ignore[arg-type]
         metrics_port=metrics_port, metrics_host=metrics_host, stats_file=stats_file,
         # A stable id given by the operator: static membership, so a restart (or a crash and
         # restart within the session timeout) takes its partitions back without a rebalance.
@@ -59,11 +76,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
 
         sink = ListenerRuntime(settings)
     w = Worker(settings, app, opts, sink=sink)
-
-    def _term(signum: int, _frame: Any) -> None:
-        logging.getLogger(__name__).info("signal %d: finishing the checkpoint and leaving", signum)
-        w.stop()
-
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
+    made.append(w)
+    if requested:
+        w.stop()  # run() then closes at once
     w.run()

@@ -234,6 +234,21 @@ class LocalCluster:
         state["pids"][i] = None
         self._save(state)
 
+    def pause_broker(self, i: int) -> None:
+        """Freeze node ``i`` (SIGSTOP): it keeps its sockets and state but answers nothing,
+        as a broker in a long GC pause or on a stalled VM. :meth:`resume_broker` thaws it."""
+        self._signal_live(i, signal.SIGSTOP)
+
+    def resume_broker(self, i: int) -> None:
+        """Thaw node ``i`` after :meth:`pause_broker` (SIGCONT)."""
+        self._signal_live(i, signal.SIGCONT)
+
+    def _signal_live(self, i: int, sig: signal.Signals) -> None:
+        pid = self._require_state()["pids"][i]
+        if pid is None or not self._alive(i, pid):
+            raise ClusterError(f"broker {i} is not running")
+        _signal(pid, sig)
+
     def start_broker(self, i: int, timeout: float = 60.0) -> None:
         """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests."""
         state = self._require_state()

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from fifolane.config import Settings
+from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.demo.stream import count_superseded, malformed
 from fifolane.readers import read_to_end
 from fifolane.serde import SchemaCatalog, make_codec
@@ -60,9 +60,20 @@ def _expected_views(table: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any
     return {"high-value": high, "overbooked-flights": over}
 
 
+def example(module: str, name: str) -> Any:
+    """An object of the checkout's examples (not an installed package: found from the
+    project root)."""
+    import importlib
+    import sys
+
+    if str(PROJECT_ROOT) not in sys.path:
+        sys.path.append(str(PROJECT_ROOT))
+    return getattr(importlib.import_module(module), name)
+
+
 def check_results(settings: Settings, stream: Any, result: dict[str, Any], views: dict[str, Any] | None,
                   console: Console, run_dir: Path, names: list[str]) -> bool:
-    from examples.flights import reference
+    reference = example("examples.flights", "reference")
 
     checks: list[tuple[str, bool, str]] = []
     table = _table(settings)

@@ -118,7 +118,7 @@ def _settings_env(s: Settings) -> dict[str, str]:
         "FIFOLANE_BOOTSTRAP_SERVERS": s.resolved_bootstrap(), "FIFOLANE_INPUT_TOPIC": s.input_topic,
         "FIFOLANE_STATE_TOPIC": s.state_topic, "FIFOLANE_REGISTRY_TOPIC": s.registry_topic,
         "FIFOLANE_DLQ_TOPIC": s.dlq_topic, "FIFOLANE_LISTENER_OUTPUT_TOPIC": s.listener_output_topic,
-        "FIFOLANE_DIRECTORY_TOPIC": s.directory_topic,
+        "FIFOLANE_DIRECTORY_TOPIC": s.directory_topic, "FIFOLANE_PARKED_TOPIC": s.parked_topic,
         "FIFOLANE_HOME": str(s.home), "FIFOLANE_PARTITIONS": str(s.partitions),
     }
 
@@ -170,7 +170,7 @@ def run_demo(base: Settings, opts: DemoOptions, console: Console | None = None) 
     settings = base.with_overrides(
         input_topic=f"{prefix}.events", state_topic=f"{prefix}.state", registry_topic=f"{prefix}.listeners",
         dlq_topic=f"{prefix}.dlq", listener_output_topic=f"{prefix}.notifications",
-        directory_topic=f"{prefix}.directory")
+        directory_topic=f"{prefix}.directory", parked_topic=f"{prefix}.parked")
     console.rule("[bold]fifolane demo: flight bookings, FIFO per flight")
     with _kafka(settings, console) as settings:
         from fifolane.topics import ensure_topics

@@ -41,13 +41,26 @@ class Event:
     key: str
     group: str
     version: int
-    op: Literal["upsert", "delete", "move-out"]
+    op: Literal["upsert", "delete", "move-out", "release"]
     value: dict[str, Any] | None
     partition: int
     offset: int
     timestamp: int
     raw: bytes = b""
     headers: list[tuple[str, bytes]] = field(default_factory=list)
+    #: The scheduling lane: the group, or ``<group>\x00<stage>`` for a stage handler's event
+    #: (one event per lane in flight, arrival order within a lane).
+    lane: str = ""
+    #: The pipeline stage this event is handled in (None: no stage handler).
+    stage: str | None = None
+    #: Stages this entity version already passed (an event made by an earlier stage).
+    passed: frozenset[str] = frozenset()
+    #: A held event of a parked group, replayed on its release.
+    replay: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.lane:
+            self.lane = self.group
 
     @property
     def entity_key(self) -> bytes:
@@ -74,6 +87,9 @@ class GroupState(Protocol):
     def delete(self, type_name: str, key: str, version: int) -> None: ...
 
     def scan(self, type_name: str) -> list[dict[str, Any]]: ...
+
+    def put_children(self, type_name: str, root_key: str, version: int,
+                     children: Iterable[dict[str, Any]]) -> None: ...
 
     def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
              headers: Iterable[tuple[str, bytes]] = ()) -> None: ...
@@ -109,28 +125,61 @@ class App:
     def __init__(self, name: str = "table") -> None:
         self.name = name
         self._handlers: dict[str, HandlerSpec] = {}
+        self._stages: dict[str, dict[str, HandlerSpec]] = {}  # type -> stage -> handler
 
-    def handler(self, *types: str, inline: bool = False) -> Callable[[HandlerFn], HandlerFn]:
-        """Register ``fn`` for the given event types (entity type names from schemas/)."""
+    def handler(self, *types: str, inline: bool = False,
+                stage: str | None = None) -> Callable[[HandlerFn], HandlerFn]:
+        """Register ``fn`` for the given event types (entity type names from schemas/).
+
+        ``stage``: a multi-stage pipeline over the type's group index property (the field
+        declared ``fifolane.group_index``, e.g. a reservation's ``state``). The handler gets
+        the type's entities whose index value is ``stage``, and moves them on by writing
+        them with another value: the handler of that stage (if any) gets them next. Each stage
+        keeps per-group order, never two events of a group in one stage at once, and the
+        stages of one group run at the same time (docs/formats.md, "Multi-stage pipelines").
+        """
         if not types:
             raise AppError("App.handler needs at least one event type, e.g. @app.handler('reservation')")
 
         def register(fn: HandlerFn) -> HandlerFn:
             spec = HandlerSpec(fn, asyncio.iscoroutinefunction(fn), inline=inline)
             for t in types:
-                if t in self._handlers:
-                    raise AppError(f"app {self.name!r}: type {t!r} already has a handler")
-                self._handlers[t] = spec
+                stages = self._stages.get(t, {})
+                if (stage is None and (t in self._handlers or stages)) or stage in stages \
+                        or (stage is not None and t in self._handlers):
+                    what = f"stage {stage!r} of type {t!r}" if stage is not None else f"type {t!r}"
+                    raise AppError(f"app {self.name!r}: {what} already has a handler (a type has "
+                                   "either one handler or handlers per stage)")
+                if stage is None:
+                    self._handlers[t] = spec
+                else:
+                    self._stages.setdefault(t, {})[stage] = spec
             return fn
 
         return register
 
     def handler_for(self, type_name: str) -> HandlerSpec:
+        """The handler of a type's events (the built-in table handler if it has none, and
+        for the events of a staged type whose stage has no handler)."""
         return self._handlers.get(type_name, _TABLE)
+
+    def check(self, catalog: Any) -> None:
+        """Refuse handlers of unknown types, and stage handlers of a type without a
+        ``fifolane.group_index`` field to hold the stage (:class:`AppError`)."""
+        for type_name in self.types:
+            entity = catalog.entity(type_name)  # an unknown type is refused there
+            if self.stages_of(type_name) and entity.group_index_of is None:
+                raise AppError(f"app {self.name!r}: type {type_name!r} has stage handlers but no "
+                               "fifolane.group_index field to hold its stage (docs/formats.md)")
+
+    def stages_of(self, type_name: str) -> dict[str, HandlerSpec] | None:
+        """The stage handlers of a type (None: it has none)."""
+        return self._stages.get(type_name)
 
     @property
     def types(self) -> list[str]:
-        return sorted(self._handlers)
+        """The types with a handler of their own (stage handlers included)."""
+        return sorted(set(self._handlers) | set(self._stages))
 
 
 def load_app(spec: str | None) -> App:

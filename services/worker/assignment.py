@@ -54,7 +54,8 @@ class Assignment:
                  restore: Callable[[str, int], Restore],
                  make_table: Callable[[int], TableApplier],
                  make_directory: Callable[[int], DirectoryApplier],
-                 sink: ChangeSink | None, stats: Stats) -> None:
+                 sink: ChangeSink | None, stats: Stats,
+                 on_release: Callable[[str, list[int]], None] | None = None) -> None:
         self.topics = topics
         self._consumer = consumer
         self._ckpt = ckpt
@@ -65,6 +66,7 @@ class Assignment:
         self._make_directory = make_directory
         self._sink = sink
         self._stats = stats
+        self._on_release = on_release
         #: active input partitions -> their table (the fast path reads this dict)
         self.tables: dict[int, TableApplier] = {}
         #: active directory partitions
@@ -101,6 +103,8 @@ class Assignment:
                 self.directories.pop(p, None)
                 self._dir_stores.close(p)
         self._ckpt.release(topic, partitions)
+        if self._on_release is not None:
+            self._on_release(topic, partitions)
         if topic == self.topics.input:
             gone = [p for p in partitions if p in self._announced]
             self._announced.difference_update(partitions)

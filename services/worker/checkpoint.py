@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -45,6 +44,7 @@ from services.worker.bisect import Bisection
 from services.worker.kafka import TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
 from services.worker.txn import Background
+from services.worker.window import Source
 
 __all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
 
@@ -66,17 +66,6 @@ class Staged(Protocol):
     def apply(self, prepared: object) -> None: ...
 
     def rollback(self) -> None: ...
-
-
-@dataclass
-class Source:
-    """Offsets of one consumed topic: ``base`` is the committed offset of every assigned
-    partition (None: nothing committed yet), ``next`` the offset after the last record
-    taken into the open transaction."""
-
-    topic: str
-    base: dict[int, int | None] = field(default_factory=dict)
-    next: dict[int, int] = field(default_factory=dict)
 
 
 class Outcome(NamedTuple):
@@ -105,6 +94,8 @@ class Checkpoint:
         self.is_open = False
         self._bisection = Bisection(producer)
         self._count = 0  # input records taken into the open transaction
+        #: per (topic, partition) of the commit under way: (offset committed, position)
+        self._points: dict[tuple[str, int], tuple[int, int]] = {}
         self._last: tuple[str, int, int] | None = None
         self._failures = 0  # consecutive failed checkpoints (backoff)
 
@@ -121,7 +112,7 @@ class Checkpoint:
             log.info("committed offsets of %s %s not known yet: %s", topic, partitions, exc)
             return
         for p in partitions:
-            src.base[p] = got.get((topic, p))
+            src.known(p, got.get((topic, p), (None, None)))
 
     def base_of(self, topic: str, partition: int) -> int | None:
         """The committed offset of an assigned partition (None: nothing committed yet),
@@ -129,7 +120,7 @@ class Checkpoint:
         src = self.add_source(topic)
         if partition not in src.base:
             got = self._committed_offsets([TopicPartition(topic, partition)])
-            src.base[partition] = got.get((topic, partition))
+            src.known(partition, got.get((topic, partition), (None, None)))
         return src.base[partition]
 
     def release(self, topic: str, partitions: Iterable[int]) -> None:
@@ -138,6 +129,7 @@ class Checkpoint:
             for p in partitions:
                 src.base.pop(p, None)
                 src.next.pop(p, None)
+                src.windows.pop(p, None)
 
     # -- the open transaction ------------------------------------------------------------------
     def open(self) -> None:
@@ -215,16 +207,42 @@ class Checkpoint:
         return _DONE
 
     def _offsets(self) -> list[TopicPartition]:
+        """What to commit per partition: its completed prefix (services.worker.window), with
+        the offsets finished after it in the metadata. Remembered as the commit's points."""
+        self._points = {}
         out = []
         for src in self.sources.values():
-            for p, base in src.base.items():
-                off = src.next.get(p, base)
-                if off is not None:
-                    out.append(TopicPartition(src.topic, p, off))
-            for p, off in src.next.items():
-                if p not in src.base:
-                    out.append(TopicPartition(src.topic, p, off))
+            for p, (off, nxt, meta) in src.commit_points().items():
+                self._points[(src.topic, p)] = (off, nxt)
+                out.append(TopicPartition(src.topic, p, off, metadata=meta) if meta
+                           else TopicPartition(src.topic, p, off))
         return out
+
+    # -- the window of unfinished events -------------------------------------------------------
+    def track(self, topic: str, partition: int, offset: int) -> None:
+        """An event of this input record is queued: unfinished until :meth:`untrack`."""
+        self.sources[topic].window(partition).track(offset)
+
+    def untrack(self, topic: str, partition: int, offset: int) -> None:
+        win = self.sources[topic].windows.get(partition)
+        if win is not None and offset in win.unfinished:
+            win.untrack(offset)
+
+    def done_already(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether a (replayed) record's effects are committed already: finished after the
+        committed offset of an earlier commit (its metadata said so)."""
+        win = self.sources[topic].windows.get(partition)
+        return win is not None and offset in win.skip
+
+    def skipping(self, topic: str) -> set[int]:
+        """The partitions that have replayed records to skip (the fast path leaves them to
+        the general path)."""
+        src = self.sources.get(topic)
+        return {p for p, w in src.windows.items() if w.skip} if src is not None else set()
+
+    def needs_drain(self) -> bool:
+        """Whether unfinished events span more than a commit's metadata can describe."""
+        return any(w.wide(src.next.get(p, 0)) for src in self.sources.values() for p, w in src.windows.items())
 
     def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
         """The producer's part of a commit (off the poll thread; touches only the producer:
@@ -248,15 +266,19 @@ class Checkpoint:
             prepared = [s.prepare() for s in self._staged]
         for s, batch in zip(self._staged, prepared, strict=True):
             s.apply(batch)
-        for src in self.sources.values():
-            for p, off in src.next.items():
-                if p in src.base:
-                    src.base[p] = off
-            src.next.clear()
+        for (topic, p), (off, nxt) in self._points.items():
+            src = self.sources[topic]
+            if p in src.base or p in src.next:
+                src.base[p] = off
+                win = src.windows.get(p)
+                if win is not None:
+                    win.committed(off, nxt)
+        self._points = {}
         self.is_open = False
         self._failures = 0
         self._count = 0
         self._bisection.committed()
+        self.stats.committed()
 
     # -- failure -------------------------------------------------------------------------------
     def abort(self, exc: KafkaClientError) -> Outcome:
@@ -293,6 +315,7 @@ class Checkpoint:
             return outcome
         for s in self._staged:
             s.rollback()
+        self.stats.rolled_back()
         self._rewind()
         self._bisection.failed(exc, count, self._last)
         return outcome
@@ -321,22 +344,22 @@ class Checkpoint:
         if not todo:
             return Outcome(False)
         committed = self._committed_offsets(todo)
-        took = [(src.topic, p, n) for src in self.sources.values() for p, n in src.next.items()
-                if n != src.base.get(p, -1)]
-        if in_doubt and took and all(committed.get((t, p)) == n for t, p, n in took):
+        took = [(t, p, off) for (t, p), (off, _nxt) in self._points.items()
+                if off != self.sources[t].base.get(p, -1)]
+        if in_doubt and took and all(committed.get((t, p), (None, None))[0] == off for t, p, off in took):
             log.warning("the transaction committed after all (its commit timed out here): kept")
             return Outcome(True)
         stale = []
-        for (t, p), off in committed.items():
+        for (t, p), found in committed.items():
             src = self.sources[t]
-            if p in src.base and src.base[p] is not None and off != src.base[p]:
+            if p in src.base and src.base[p] is not None and found[0] != src.base[p]:
                 stale.append((t, p))  # someone else committed past our base
-            src.base[p] = off
+            src.known(p, found)
         if stale:
             log.warning("partitions %s were processed by another worker meanwhile", stale)
         return Outcome(False, tuple(stale))
 
-    def _committed_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], int | None]:
+    def _committed_offsets(self, tps: list[TopicPartition]) -> dict[tuple[str, int], tuple[int | None, str | None]]:
         while True:
             try:
                 return self.consumer.committed(tps, CALL_TIMEOUT)
@@ -357,6 +380,8 @@ class Checkpoint:
                 except KafkaClientError as exc:  # not assigned any more: nothing to replay
                     log.info("rewind of %s[%d]: %s", src.topic, p, exc)
             src.next.clear()
+            for win in src.windows.values():
+                win.unfinished.clear()  # the calls in flight were forgotten: replayed
 
     def _backoff(self) -> None:
         """Wait a little longer after each consecutive failure (a broker outage must not

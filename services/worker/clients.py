@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fifolane.config import Settings
 from services.worker.options import WorkerOptions
 
-__all__ = ["PRODUCER_BATCHING", "consumer_config", "producer_config"]
+if TYPE_CHECKING:
+    from services.worker.assignment import Topics
+
+__all__ = ["PRODUCER_BATCHING", "consumer_config", "needed_access", "producer_config"]
 
 #: Producer batching of the worker (also used by the benchmarks' plain loops): 20 ms of
 #: lingering makes larger produce requests; at 75k records/s that saved the broker (on the
@@ -22,7 +26,13 @@ PRODUCER_BATCHING: dict[str, int] = {
 
 def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     """Manual offsets (committed with the transaction), committed reads, cooperative
-    rebalancing; static membership when the worker id is stable."""
+    rebalancing; static membership when the worker id is stable.
+
+    ``fetch.queue.backoff.ms``: librdkafka stops fetching for this long (1 s by default)
+    whenever its queue holds more than ``queued.min.messages``; one fetch response of small
+    events across six partitions is enough to trip it, and the worker then idled most of
+    each second (benchmarks/README.md, "the bimodal loop"). 10 ms keeps the queue fed.
+    """
     return {
         "group.id": group_id,
         "client.id": f"{opts.worker_id}-consumer",
@@ -35,6 +45,7 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         "heartbeat.interval.ms": 1_000,
         "max.poll.interval.ms": 300_000,
         "fetch.wait.max.ms": 50,
+        "fetch.queue.backoff.ms": 10,
         **({"group.instance.id": opts.worker_id} if opts.static_membership else {}),
     }
 
@@ -62,3 +73,19 @@ def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         # Outlast a leader election (Kafka's own default delivery.timeout.ms is 120 s).
         conf["message.timeout.ms"] = 120_000
     return conf
+
+
+def needed_access(settings: Settings, topics: Topics, *, registry: bool,
+                  parked: bool) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The topics whose configs the worker reads at start-up, and the ACL operations it
+    needs, by topic (the worker role of docs/security.md): input, state and directory read
+    and written, the dead-letter topic written, the registry with listeners (``registry``),
+    the parked topic with ``--on-failure park`` (``parked``)."""
+    names = [t for t in (topics.input, settings.state_topic, settings.dlq_topic, topics.directory) if t]
+    rw = ("READ", "WRITE", "DESCRIBE_CONFIGS")
+    need = {**dict.fromkeys(names, rw), settings.dlq_topic: ("WRITE", "DESCRIBE_CONFIGS")}
+    if registry:
+        need[settings.registry_topic] = ("READ", "WRITE")
+    if parked:
+        need[settings.parked_topic] = rw
+    return names, need

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 from fifolane.errors import AppError
 from services.worker.app import Event, Output
 from services.worker.limits import Limits, record_size
+from services.worker.records import RecordCache
 from services.worker.state import MAX_VERSION, MIN_VERSION, PartitionStore
 
 __all__ = ["CallState", "Effects", "Refusal", "Write", "check_effects"]
@@ -47,15 +48,16 @@ class Effects:
 class CallState:
     """The ``GroupState`` a handler sees: the event's group, reads see its own writes."""
 
-    __slots__ = ("event", "store", "codec", "catalog", "decode", "effects")
+    __slots__ = ("event", "store", "codec", "catalog", "decode", "records", "effects")
 
     def __init__(self, event: Event, store: PartitionStore, codec: _Codec, catalog: _Catalog,
-                 decode: Any) -> None:
+                 records: RecordCache) -> None:
         self.event = event
         self.store = store
         self.codec = codec
         self.catalog = catalog
-        self.decode = decode  # bytes -> record dict
+        self.records = records
+        self.decode = records.read  # bytes -> the handler's own record dict
         self.effects = Effects()
 
     def get(self, type_name: str, key: str) -> dict[str, Any] | None:
@@ -83,15 +85,63 @@ class CallState:
                 f"put({type_name!r}): entity belongs to group {group!r} but the handler runs "
                 f"for group {self.event.group!r}; a handler may only write its own group"
             )
-        w = Write(type_name, str(key), str(group), int(version), self.codec.encode(type_name, value), value)
-        self.effects.writes.pop(w.entity_key, None)  # keep write order = last write
-        self.effects.writes[w.entity_key] = w
+        data = self.codec.encode(type_name, value)
+        self.records.wrote(type_name, data, value)
+        w = Write(type_name, str(key), str(group), int(version), data, value)
+        ekey = w.entity_key
+        self.effects.writes.pop(ekey, None)  # keep write order = last write
+        self.effects.writes[ekey] = w
 
     def delete(self, type_name: str, key: str, version: int) -> None:
         self.catalog.entity(type_name)  # unknown type -> error
         w = Write(type_name, str(key), self.event.group, int(version), None, None)
         self.effects.writes.pop(w.entity_key, None)
         self.effects.writes[w.entity_key] = w
+
+    def put_children(self, type_name: str, root_key: str, version: int,
+                     children: Iterable[dict[str, Any]]) -> None:
+        """Split records (SMILA's resequencer): make ``children`` the whole set of children of
+        the root ``root_key``, at the root's ``version``.
+
+        A child is an entity of ``type_name`` in this group whose key is
+        ``<root_key>/<its own part>``; it carries the root's version (set here when the record
+        has none). Children that an earlier version of the root produced and this one does not
+        are deleted, and the children of a deleted root go with it
+        (``put_children(type, key, delete_version, [])``). The root's version is kept as a
+        marker, ``<type>/<root_key>/`` (a deleted entity, so a tombstone with that version on
+        the state topic): a root not newer than the marker changes nothing, also one whose
+        newer version had fewer children.
+        """
+        et = self.catalog.entity(type_name)
+        prefix = f"{root_key}/"
+        marker = self.effects.writes.get(f"{type_name}/{prefix}".encode())
+        applied = marker.version if marker is not None else None
+        if applied is None:
+            row = self.store.get(f"{type_name}/{prefix}".encode())
+            applied = row.version if row is not None else None
+        if applied is not None and version <= applied:
+            return  # an older (or the same) root: its children are stale
+        keep: set[str] = set()
+        for child in children:
+            record = dict(child)
+            if et.version_of(record) is None:
+                record[et.version_field] = version
+            key = et.key_of(record)
+            if not isinstance(key, str) or not key.startswith(prefix) or len(key) == len(prefix):
+                raise AppError(f"put_children({type_name!r}, {root_key!r}): a child's key must be "
+                               f"'{prefix}<part>', got {key!r}")
+            if et.version_of(record) != version:
+                raise AppError(f"put_children({type_name!r}, {root_key!r}): child {key!r} has version "
+                               f"{et.version_of(record)!r}, not the root's {version}")
+            self.put(type_name, record)
+            keep.add(key)
+        existing = {ekey.decode().split("/", 1)[1]
+                    for ekey, _row in self.store.scan_group(self.event.group, f"{type_name}/{prefix}".encode())}
+        existing |= {w.key for w in self.effects.writes.values()
+                     if w.type == type_name and w.key.startswith(prefix) and w.value is not None}
+        for key in sorted(existing - keep):
+            self.delete(type_name, key, version)
+        self.delete(type_name, prefix, version)  # the marker
 
     def scan(self, type_name: str) -> list[dict[str, Any]]:
         prefix = f"{type_name}/".encode()
@@ -128,9 +178,11 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal
         if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
             return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
                                           "64-bit integer")
-        size = record_size(w.entity_key, w.value)
-        error = limits.too_large(state_topic, size, f"{w.type} {w.key}")
-        if error is not None:
+    room = limits.room(state_topic)
+    for ekey, w in effects.writes.items():
+        if len(ekey) + (len(w.value) if w.value is not None else 0) > room:
+            error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
+            assert error is not None
             return Refusal("handler-error", error)
     for out in effects.outputs:
         error = limits.too_large(out.topic, record_size(out.key, out.value, out.headers), "an output record")

@@ -28,6 +28,8 @@ from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
+from services.worker.parking import Parking
+from services.worker.release import Releases
 from services.worker.scheduler import GroupScheduler
 from services.worker.state import Row
 from services.worker.table import APPLIED, STALE, Claim, TableApplier
@@ -43,7 +45,8 @@ class Processing:
     def __init__(self, *, app: App, codec: Any, topics: Topics, state_topic: str, dlq_topic: str,
                  worker_id: str, ckpt: Checkpoint, tables: Mapping[int, TableApplier],
                  directories: Mapping[int, DirectoryApplier], sched: GroupScheduler[Event],
-                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim) -> None:
+                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim,
+                 parking: Parking | None = None, park_failures: bool = False) -> None:
         self.app = app
         self.codec = codec
         self.topics = topics
@@ -58,7 +61,14 @@ class Processing:
         self.limits = limits
         self.stats = stats
         self._claim = claim
+        self.park_failures = park_failures  # --on-failure park
+        self.releases = None if parking is None else Releases(
+            parking, input_topic=topics.input, codec=codec, stats=stats, submit=self._resubmit,
+            dead_letter=self.dead_letter)
         self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+        #: events of a later pipeline stage queued or running: their input record's earlier
+        #: stages have effects already, so a checkpoint waits for them (no half chain commits)
+        self.partial = 0
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""
@@ -78,6 +88,9 @@ class Processing:
         if p not in self.tables:
             return  # not ours (any more), or not restored yet: replayed once it is
         ckpt.consumed(topic, p, offset)
+        if ckpt.done_already(topic, p, offset):
+            self.stats.replay_skipped += 1  # finished after the last committed offset
+            return
         self.stats.consumed += 1
         poison = ckpt.poison_of(topic, p, offset)
         if poison is not None:
@@ -88,11 +101,54 @@ class Processing:
         if isinstance(event, Rejected):
             self.refuse(msg, event.reason, event.error)
             return
-        spec = self.app.handler_for(event.type) if event.op != "move-out" else None
-        if spec is not None and spec.inline and not self.sched.has_group(event.group):
+        if self.releases and self.releases.parked(event.group) and event.op not in ("release", "move-out"):
+            self.releases.hold(event)
+            return
+        self._dispatch(event)
+
+    def _dispatch(self, event: Event) -> None:
+        """Run an event inline, or queue it in its lane."""
+        spec = self.app.handler_for(event.type) if event.op not in ("move-out", "release") else None
+        if event.op == "upsert" and self.app.stages_of(event.type):
+            spec = self._stage(event) or spec
+        if spec is not None and spec.inline and not self.sched.has_group(event.lane):
             self._run_inline(event, spec)
         else:
-            self.sched.submit(event)
+            self._submit(event)
+
+    def _submit(self, event: Event) -> None:
+        """Queue an event in its lane; its input record stays unfinished until it completes
+        (a checkpoint commits up to the first unfinished record: services.worker.window)."""
+        if not event.replay:
+            self.ckpt.track(self.topics.input, event.partition, event.offset)
+        self.sched.submit(event)
+
+    def _stage(self, event: Event) -> HandlerSpec | None:
+        """The stage handler of an event of a staged type (its group index value names the
+        stage), which then runs in the lane of its group's stage; None: no handler there."""
+        stages = self.app.stages_of(event.type)
+        index = self.codec.catalog.entity(event.type).group_index_of
+        stage = index(event.value) if stages and index is not None and event.value is not None else None
+        spec = stages.get(str(stage)) if stages and stage is not None else None
+        if spec is not None:
+            event.stage = str(stage)
+            event.lane = f"{event.group}\x00{stage}"
+        return spec
+
+    def _next_stage(self, event: Event, effects: Effects) -> None:
+        """After a stage handler's effects: the entities it moved to another stage go on to
+        that stage's handler (an event in that lane, the same version), once per stage."""
+        passed = event.passed | {event.stage} if event.stage is not None else event.passed
+        for w in effects.writes.values():
+            if w.record is None or not self.app.stages_of(w.type):
+                continue
+            nxt = Event(w.type, w.key, w.group, w.version, "upsert", w.record, event.partition,
+                        event.offset, event.timestamp, w.value or b"", event.headers)
+            if self._stage(nxt) is None or nxt.stage in passed:
+                continue  # no handler there, or a stage it passed already (no loops)
+            nxt.passed = passed
+            self.partial += 1
+            self._submit(nxt)
 
     def _run_inline(self, event: Event, spec: HandlerSpec) -> None:
         if spec.fn is table_handler:
@@ -108,20 +164,36 @@ class Processing:
         """Dispatch the head event of a group (called by the scheduler)."""
         table = self.tables.get(event.partition)
         if table is None:  # its partition went away while it waited: replayed by the new owner
-            self.sched.complete(event)
+            self._complete(event)
             return
         if event.op == "move-out":
             self._move_out(table, event)
-            self.sched.complete(event)
+            self._complete(event)
+            return
+        if event.op == "release":
+            self._complete(event)
+            if self.releases is not None:
+                self.releases.release(event)
+            return
+        if self.releases and self.releases.parked(event.group) and not event.replay:
+            self._complete(event)  # queued before its group was parked: held too
+            self.releases.hold(event)
             return
         spec = self.app.handler_for(event.type)
+        if event.stage is not None:
+            spec = self.app.stages_of(event.type)[event.stage]  # type: ignore[index]
         if spec.fn is table_handler:
             self._apply_table(event)
-            self.sched.complete(event)
+            self._complete(event)
             return
-        if table.prior(event.entity_key, event.version) is STALE:
-            self.stats.superseded += 1
-            self.sched.complete(event)
+        # An event of a later stage has the version its earlier stage wrote: stale only if a
+        # newer version came meanwhile.
+        if table.prior(event.entity_key, event.version + bool(event.passed)) is STALE:
+            if event.passed:
+                self.stats.stage_superseded += 1
+            else:
+                self.stats.superseded += 1
+            self._complete(event)
             return
         if spec.inline:
             self._finish(self.calls.call_sync(event, spec, table.store))
@@ -185,6 +257,9 @@ class Processing:
             if exc is not None:
                 log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                             event.type, event.key, event.group, event.offset, retries, exc)
+                if self.park_failures and not event.passed and self.releases is not None:
+                    self.releases.park(event, f"{type(exc).__name__}: {exc}")
+                    return
                 self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
                 return
             assert effects is not None
@@ -196,16 +271,42 @@ class Processing:
                 self._refuse_event(event, refused.reason, refused.error)
                 return
             self._apply(event, effects)
-            self.stats.processed += 1
+            if event.stage is not None:
+                self._next_stage(event, effects)
+            if not event.passed:
+                self.stats.processed += 1  # once per input event, not per stage
         finally:
-            if scheduled:
-                self.sched.complete(event)
+            self._complete(event, scheduled)
+
+    def _complete(self, event: Event, scheduled: bool = True) -> None:
+        """An event is done: free its lane; a replayed one lets the next held one go."""
+        if scheduled:
+            self.sched.complete(event)
+            if not event.replay:
+                self.ckpt.untrack(self.topics.input, event.partition, event.offset)
+            if event.passed:
+                self.partial -= 1
+        if event.replay and self.releases is not None:
+            self.releases.completed(event)
+
+    def _resubmit(self, event: Event) -> None:
+        """A replayed held event: into its lane (its stage's, for a staged type)."""
+        if event.op == "upsert" and self.app.stages_of(event.type):
+            self._stage(event)
+        self.sched.submit(event)
+
+    def resume_releases(self) -> None:
+        """Groups a previous owner was releasing when it stopped: go on replaying them."""
+        if self.releases is not None:
+            self.releases.resume(self.tables)
 
     def _apply(self, event: Event, effects: Effects) -> None:
         table = self.tables[event.partition]
+        own = event.entity_key if event.stage is not None else None
         for ekey, w in effects.writes.items():
+            # a stage handler moves its entity on at the version it has
             outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
-                                  event.offset, event.timestamp)
+                                  event.offset, event.timestamp, same_version=ekey == own)
             if outcome == APPLIED:
                 self.stats.state_writes += 1
             else:
@@ -222,24 +323,36 @@ class Processing:
                           msg.offset(), reason, error)
 
     def _refuse_event(self, event: Event, reason: str, error: str) -> None:
+        # An event of a later stage: its input record is counted already (by its first
+        # stage), so this dead letter is counted as a stage failure instead.
+        if event.stage is not None:
+            error = f"stage {event.stage}: {error}"
         self.dead_letter(event.group.encode(), event.raw, event.headers, self.topics.input,
-                          event.partition, event.offset, reason, error)
+                         event.partition, event.offset, reason, error, counted=not event.passed)
+        if event.passed:
+            self.stats.stage_failures += 1
 
     def dead_letter(self, key: bytes | None, value: bytes | None, headers: Any, topic: str,
-                    partition: int, offset: int, reason: str, error: str) -> None:
-        """Send a record to the dead-letter topic in the open transaction (cut to fit)."""
+                    partition: int, offset: int, reason: str, error: str, *, counted: bool = True) -> None:
+        """Send a record to the dead-letter topic in the open transaction (cut to fit);
+        ``counted``: it accounts for its input record (dead_lettered)."""
         dlq = self._dlq
         key, value, hdrs = dead_letter(key, value, headers, topic=topic, partition=partition,
                                        offset=offset, reason=reason, error=error,
                                        worker_id=self._worker_id, room=self.limits.room(dlq))
         self.ckpt.produce(dlq, value, key, -1, hdrs)
-        self.stats.dead_lettered += 1
+        if counted:
+            self.stats.dead_lettered += 1
         self.stats.dead_letter_reasons[reason] += 1
 
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""
         while not self.sched.idle():
             self.pump(block=True)
+
+    def settle(self) -> None:
+        """Apply the handler calls finished so far, without waiting for the others."""
+        self.pump(block=False)
 
     def forget(self) -> None:
         """Forget queued events after an abort (they are replayed). Handler calls still
@@ -250,3 +363,7 @@ class Processing:
             completions.get()
         self.sched.clear()
         self.calls.forget_completions()
+        self.partial = 0
+        if self.releases is not None:
+            self.releases.forget()
+

@@ -16,8 +16,10 @@ from typing import Any
 
 from fifolane.serde import Decoded
 from services.worker.checkpoint import Checkpoint
+from services.worker.directory import CONTROL_HEADER
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
+from services.worker.parking import Parking
 from services.worker.sink import ChangeSink
 from services.worker.state import MAX_GROUP_BYTES, MAX_VERSION, MIN_VERSION
 from services.worker.table import APPLIED, STALE, TableApplier
@@ -39,7 +41,7 @@ class FastPath:
     def __init__(self, *, input_topic: str, tables: Mapping[int, TableApplier],
                  table_types: dict[str, TableType], codec: Any, busy: Collection[str],
                  ckpt: Checkpoint, stats: Stats, sink: ChangeSink | None, general: General,
-                 refuse: Refuse, other_topics: bool) -> None:
+                 refuse: Refuse, other_topics: bool, parking: Parking | None = None) -> None:
         self._input = input_topic
         self._tables = tables
         self._types = table_types
@@ -53,6 +55,7 @@ class FastPath:
         self._general = general
         self._refuse = refuse
         self._other_topics = other_topics  # the consumer reads the directory topic too
+        self._parking = parking  # parked groups' events go to the general path (held there)
 
     def take(self, msgs: list[Record]) -> None:
         """Take a consumed batch (this loop is the worker's hot path)."""
@@ -62,6 +65,8 @@ class FastPath:
                 self._general(msg, None)
             return
         tables, table_types, busy = self._tables, self._types, self._busy
+        parked = self._parking.groups if self._parking is not None else {}
+        skipping = ckpt.skipping(self._input)  # replayed records to skip: the general path's
         general, decode, input_topic = self._general, self._decode, self._input
         other_topics = self._other_topics
         scan = self._scan
@@ -80,6 +85,13 @@ class FastPath:
                 table = tables.get(p)
                 if table is None:
                     continue  # not ours (any more), or not restored yet: replayed once it is
+                if skipping and p in skipping:
+                    general(msg, None)
+                    continue
+                headers = msg.headers()
+                if headers is not None and _is_control(headers):
+                    general(msg, None)  # the worker's own records (move-outs) or bad ones
+                    continue
                 value = msg.value()
                 scanned = scan(value) if scan is not None else None
                 if scanned is not None:
@@ -104,7 +116,7 @@ class FastPath:
                 mkey = msg.key()
                 if (type(key) is not str or not key or type(group) is not str or not group
                         or type(version) is not int or mkey is None or mkey != group.encode()
-                        or group in busy or len(mkey) > MAX_GROUP_BYTES
+                        or group in busy or (parked and group in parked) or len(mkey) > MAX_GROUP_BYTES
                         or not MIN_VERSION <= version <= MAX_VERSION):
                     general(msg, decoded)
                     continue
@@ -133,3 +145,10 @@ class FastPath:
             stats.processed += processed
             stats.state_writes += processed
             stats.superseded += superseded
+
+
+def _is_control(headers: list[tuple[str, bytes]]) -> bool:
+    for name, _ in headers:  # noqa: SIM110 - a plain loop is cheaper on the hot path
+        if name == CONTROL_HEADER:
+            return True
+    return False

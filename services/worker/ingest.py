@@ -7,6 +7,7 @@ directory (services/worker/directory.py) becomes an event of op ``move-out``.
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple
 
 from fifolane.errors import SerializationError, UnknownSchemaError
@@ -15,7 +16,7 @@ from services.worker.app import Event
 from services.worker.directory import CONTROL_HEADER, MOVE_OUT, parse_move_out
 from services.worker.state import MAX_GROUP_BYTES, MAX_VERSION, MIN_VERSION
 
-__all__ = ["Rejected", "check_group", "check_version", "to_event"]
+__all__ = ["RELEASE", "Rejected", "check_group", "check_version", "to_event"]
 
 
 class Rejected(NamedTuple):
@@ -89,7 +90,7 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
     if bad is not None:
         return bad
     return Event(et.name, str(key), group, version, op, value_rec,  # type: ignore[arg-type]
-                 msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [])
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [], group)
 
 
 def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
@@ -99,17 +100,29 @@ def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
     return None
 
 
+#: A control record releasing a parked group (services/worker/parking.py).
+RELEASE = b"release"
+
+
 def _control_event(msg: Any, control: bytes, value: bytes | None, headers: list[tuple[str, bytes]]) -> Event | Rejected:
     mkey = msg.key()
-    if control != MOVE_OUT or not mkey:
+    if control not in (MOVE_OUT, RELEASE) or not mkey:
         return Rejected("undecodable", f"unknown control record {control[:40]!r} (header {CONTROL_HEADER})")
     try:
         group = mkey.decode()
     except UnicodeDecodeError:
         return Rejected("missing-group", "control record key is not UTF-8")
+    if control == RELEASE:
+        try:
+            body = json.loads(value or b"{}")
+            skip = bool(body.get("skip_head", False)) if isinstance(body, dict) else False
+        except ValueError:
+            return Rejected("undecodable", "malformed release record: expected JSON {\"skip_head\": bool}")
+        return Event("", "", group, 0, "release", {"skip_head": skip}, msg.partition(), msg.offset(),
+                     msg.timestamp()[1], value or b"", headers, group)
     move = parse_move_out(group, value)
     if isinstance(move, str):
         return Rejected("undecodable", move)
     type_name, _, key = move.key.decode().partition("/")
     return Event(type_name, key, group, move.version, "move-out", {"to": move.to_group, "to_deleted": move.to_deleted},
-                 msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers)
+                 msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers, group)

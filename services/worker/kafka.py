@@ -251,17 +251,19 @@ class WorkerConsumer:
         except KafkaException as exc:
             raise map_error(exc, "consumer_group_metadata") from exc
 
-    def committed(self, partitions: list[TopicPartition], timeout: float) -> dict[tuple[str, int], int | None]:
-        """Committed offsets (None: nothing committed), read as committed by transactions."""
+    def committed(self, partitions: list[TopicPartition],
+                  timeout: float) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+        """Committed offsets (None: nothing committed) and their metadata, read as committed
+        by transactions."""
         try:
             got = self._consumer.committed(partitions, timeout=timeout)
         except KafkaException as exc:
             raise map_error(exc, "committed offsets") from exc
-        out: dict[tuple[str, int], int | None] = {}
+        out: dict[tuple[str, int], tuple[int | None, str | None]] = {}
         for tp in got:
             if tp.error is not None:
                 raise map_error(tp.error, f"committed offset of {tp.topic}[{tp.partition}]")
-            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+            out[(tp.topic, tp.partition)] = (tp.offset if tp.offset >= 0 else None, tp.metadata)
         return out
 
     def commit(self, offsets: list[TopicPartition]) -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-__all__ = ["FRAMING", "Limits", "record_size"]
+from fifolane.errors import WorkerError
+
+__all__ = ["FRAMING", "Limits", "TopicConfigs", "record_size"]
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +76,35 @@ class Limits:
         return (f"{what} for topic {topic} is {size} bytes, over the {room} bytes Kafka takes there "
                 f"(the producer's message.max.bytes and the topic's max.message.bytes, less "
                 f"{FRAMING} for framing)")
+
+
+class TopicConfigs:
+    """The configs of the topics a worker writes to, asked of the broker once per topic
+    (``lookup``: names -> configs, :class:`WorkerError` if one is missing)."""
+
+    def __init__(self, lookup: Callable[[list[str]], dict[str, dict[str, str]]]) -> None:
+        self._lookup = lookup
+        self.known: dict[str, dict[str, str]] = {}
+
+    def load(self, names: list[str]) -> None:
+        """Read these topics' configs (raises :class:`WorkerError` if one is missing)."""
+        self.known.update(self._lookup(names))
+
+    def exists(self, topic: str) -> bool:
+        if topic not in self.known:
+            try:
+                self.load([topic])
+            except WorkerError:
+                return False
+        return True
+
+    def max_bytes(self, topic: str) -> int | None:
+        """The topic's max.message.bytes (None: not known now; asked again next time)."""
+        if topic not in self.known:
+            try:
+                self.load([topic])
+            except WorkerError as exc:  # a topic not there yet: Kafka's default for now
+                log.info("max.message.bytes of %s not known now: %s", topic, exc)
+                return None
+        value = self.known[topic].get("max.message.bytes")
+        return int(value) if value else None

@@ -11,12 +11,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Stats", "serve_metrics", "update_lag"]
+__all__ = ["TRANSACTIONAL", "Stats", "serve_metrics", "update_lag"]
+
+
+#: Counters of what transactions did: an abort takes them back to the last commit (the
+#: replay counts its records again), so each input record is counted once, as committed.
+TRANSACTIONAL = ("consumed", "processed", "superseded", "dead_lettered", "writes_superseded",
+                 "replay_skipped", "parks", "replayed", "stage_superseded", "stage_failures",
+                 "state_writes", "outputs", "claims_sent", "claims", "moves_sent", "moves_applied")
 
 
 @dataclass
 class Stats:
-    """Every input record ends in exactly one of processed, superseded or dead_lettered."""
+    """Every input record ends in exactly one of processed, superseded or dead_lettered.
+
+    The :data:`TRANSACTIONAL` counters (and ``dead_letter_reasons``) count committed work:
+    :meth:`committed` marks them at each commit, :meth:`rolled_back` takes them back to the
+    mark after an abort. Prometheus sees the marked values only (its counters never go
+    back); ``commits``, ``aborts`` and the rest count what happened.
+    """
 
     worker_id: str = ""
     consumed: int = 0
@@ -25,6 +38,13 @@ class Stats:
     dead_lettered: int = 0
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
     writes_superseded: int = 0
+    replay_skipped: int = 0  # replayed records whose effects were committed already
+    held: int = 0  # events held by parked groups now
+    parks: int = 0  # groups parked (a handler failed after its retries, --on-failure park)
+    replayed: int = 0  # held events replayed on a release
+    parked_groups: int = 0
+    stage_superseded: int = 0  # events of a later pipeline stage whose entity has a newer version
+    stage_failures: int = 0  # events of a later pipeline stage that were dead-lettered
     handler_retries: int = 0
     state_writes: int = 0
     outputs: int = 0
@@ -49,9 +69,25 @@ class Stats:
     lag: dict[int, int] = field(default_factory=dict)
     assigned: list[int] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
+    mark: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.committed()
+
+    def committed(self) -> None:
+        """A transaction committed: its counts stay."""
+        mark = {name: getattr(self, name) for name in TRANSACTIONAL}
+        mark["dead_letter_reasons"] = Counter(self.dead_letter_reasons)
+        self.mark = mark
+
+    def rolled_back(self) -> None:
+        """A transaction aborted: its counts go (its input is replayed and counted again)."""
+        for name, value in self.mark.items():
+            setattr(self, name, Counter(value) if name == "dead_letter_reasons" else value)
 
     def snapshot(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["mark"]
         data["dead_letter_reasons"] = dict(self.dead_letter_reasons)
         data["lag"] = {str(k): v for k, v in self.lag.items()}
         data["time"] = time.time()
@@ -72,18 +108,19 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         s = self.stats
+        m = s.mark  # committed counts only: a Prometheus counter never goes back
         labels = ["worker"]
         w = [s.worker_id]
         for name, value, doc in (
-            ("fifolane_events_consumed", s.consumed, "input records consumed"),
-            ("fifolane_events_processed", s.processed, "events handled and applied"),
-            ("fifolane_events_superseded", s.superseded, "stale or duplicate events dropped"),
-            ("fifolane_events_dead_lettered", s.dead_lettered, "records sent to the dead-letter topic"),
+            ("fifolane_events_consumed", m["consumed"], "input records consumed (committed)"),
+            ("fifolane_events_processed", m["processed"], "events handled and applied (committed)"),
+            ("fifolane_events_superseded", m["superseded"], "stale or duplicate events dropped (committed)"),
+            ("fifolane_events_dead_lettered", m["dead_lettered"], "records sent to the dead-letter topic (committed)"),
             ("fifolane_handler_retries", s.handler_retries, "handler retries after an exception"),
-            ("fifolane_directory_claims_sent", s.claims_sent, "entity directory claims produced"),
-            ("fifolane_directory_claims", s.claims, "entity directory claims decided"),
-            ("fifolane_moves_sent", s.moves_sent, "move-outs sent to a group an entity left"),
-            ("fifolane_moves_applied", s.moves_applied, "entity copies removed from a group they left"),
+            ("fifolane_directory_claims_sent", m["claims_sent"], "entity directory claims produced"),
+            ("fifolane_directory_claims", m["claims"], "entity directory claims decided"),
+            ("fifolane_moves_sent", m["moves_sent"], "move-outs sent to a group an entity left"),
+            ("fifolane_moves_applied", m["moves_applied"], "entity copies removed from a group they left"),
             ("fifolane_commits", s.commits, "checkpoints committed"),
             ("fifolane_aborts", s.aborts, "transactions aborted"),
             ("fifolane_restored_records", s.restored_records, "changelog records restored"),
@@ -95,7 +132,7 @@ class _Collector:
             yield c
         reasons = CounterMetricFamily("fifolane_dead_letters_by_reason", "dead letters by reason",
                                       labels=["worker", "reason"])
-        for reason, n in s.dead_letter_reasons.items():
+        for reason, n in m["dead_letter_reasons"].items():
             reasons.add_metric([s.worker_id, reason], n)
         yield reasons
         gauges: tuple[tuple[str, float, str], ...] = (
@@ -105,6 +142,8 @@ class _Collector:
             ("fifolane_restore_total", s.restore_total, "changelog records to restore"),
             ("fifolane_commit_latency_seconds", s.last_commit_ms / 1000, "last checkpoint commit duration"),
             ("fifolane_bisecting", s.bisecting, "1 while finding an input record whose output Kafka refuses"),
+            ("fifolane_parked_groups", s.parked_groups, "groups parked (--on-failure park)"),
+            ("fifolane_held_events", s.held, "events held by parked groups"),
         )
         for gname, gvalue, gdoc in gauges:
             g = GaugeMetricFamily(gname, gdoc, labels=labels)

@@ -39,6 +39,9 @@ class WorkerOptions:
     stats_file: Path | None = None
     transaction_timeout_ms: int = 10_000
     static_membership: bool = False  # group.instance.id = worker_id: a restart keeps its partitions
+    #: what a handler failure after the retries does: "skip" dead-letters the event and the
+    #: group goes on; "park" holds the group (services/worker/parking.py)
+    on_failure: Literal["skip", "park"] = "skip"
     #: take well-formed table upserts on the fast path (off: every record takes the general
     #: path, the same outcome more slowly; for diagnosis and the tests that compare them)
     fast_path: bool = True
@@ -53,6 +56,8 @@ class WorkerOptions:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.commit_interval <= 0:
             raise ConfigError(f"commit_interval must be > 0 seconds, got {self.commit_interval}")
+        if self.on_failure not in ("skip", "park"):
+            raise ConfigError(f"on_failure must be skip or park, got {self.on_failure!r}")
         if self.retries < 0:
             raise ConfigError(f"retries must be >= 0, got {self.retries}")
         if not self.worker_id or any(c.isspace() for c in self.worker_id):

@@ -25,35 +25,30 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
 from fifolane.config import Settings
-from fifolane.errors import KafkaClientError, TransactionAbortedError, WorkerError
+from fifolane.errors import KafkaClientError, TransactionAbortedError
 from fifolane.serde import SchemaCatalog, make_codec
-from fifolane.serde.entity import EntityType
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
-from services.worker.clients import consumer_config, producer_config
-from services.worker.directory import DirectoryApplier, claim_value, restored_row
+from services.worker.clients import consumer_config, needed_access, producer_config
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
-from services.worker.limits import Limits
+from services.worker.limits import Limits, TopicConfigs
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
+from services.worker.parking import Parking
+from services.worker.partitions import PartitionParts
 from services.worker.rebalance import Rebalance
-from services.worker.restore import Restore, restore_partition
 from services.worker.scheduler import GroupScheduler
-from services.worker.sink import ChangeSink
-from services.worker.state import PartitionStore, RestoredRow, Row, StoreManager
-from services.worker.table import TableApplier
+from services.worker.sink import ChangeSink, Context
+from services.worker.state import StoreManager
 
 __all__ = ["Worker", "load_app"]
 
@@ -76,6 +71,7 @@ class Worker:
         self.app = app or App()
         self.opts = options or WorkerOptions(worker_id="worker")
         self.catalog = catalog or SchemaCatalog.load(settings.schemas_dir)
+        self.app.check(self.catalog)
         self.codec = make_codec(settings, self.catalog)
         self.group_id = self.opts.group_id or f"fifolane-{self.app.name}"
         self.eos = self.opts.guarantee == "exactly-once"
@@ -108,7 +104,7 @@ class Worker:
         self._table_types: dict[str, TableType] = {
             t.name: (f"{t.name}/".encode(), t.name.encode(), t.key_path, t.group_path, t.version_field)
             for t in self.catalog
-            if self.app.handler_for(t.name).fn is table_handler
+            if self.app.handler_for(t.name).fn is table_handler and not self.app.stages_of(t.name)
             and "." not in t.key_path + t.group_path + t.version_field
         } if self.opts.fast_path else {}
         self.consumer: WorkerConsumer | None = None
@@ -116,9 +112,11 @@ class Worker:
         self.assignment: Assignment | None = None
         self._fast: FastPath | None = None
         self.processing: Processing | None = None
-        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_max)
+        self.parking: Parking | None = None
+        self._topic_configs = TopicConfigs(lambda names: self.clients.topic_configs(names, timeout=10))
+        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)),
+                             self._topic_configs.max_bytes)
         self._retention_ms: int | None = None
-        self._topic_configs: dict[str, dict[str, str]] = {}
         self.clients = clients or KafkaClients(settings.kafka_config())
 
     # ------------------------------------------------------------------ lifecycle
@@ -132,57 +130,61 @@ class Worker:
         clients = self.clients
         self.consumer = clients.consumer(consumer_config(o, self.group_id))
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
-        names = [t for t in (self.topics.input, s.state_topic, s.dlq_topic, self.topics.directory) if t]
-        need = {**dict.fromkeys(names, ("READ", "WRITE", "DESCRIBE_CONFIGS")), s.dlq_topic: ("WRITE", "DESCRIBE_CONFIGS"),
-                **({s.registry_topic: ("READ", "WRITE")} if self.sink is not None else {})}  # docs/security.md
-        self._topic_configs = clients.topic_configs(names, need=need, group=self.group_id)
-        retention = self._topic_configs.get(s.state_topic, {}).get("delete.retention.ms")
+        names, need = needed_access(s, self.topics, registry=self.sink is not None, parked=o.on_failure == "park")
+        self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
+        retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
         self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
         if self.eos:
             # Fences a previous incarnation with the same id and settles its open transaction.
             producer.init()
-        self.stores.marks = self._changelog_end
+        self.parking = self._parking_of(s.parked_topic)
+        parts = PartitionParts(settings=s, topics=self.topics, clients=clients, consumer=self.consumer,
+                               ckpt=self.ckpt, stores=self.stores, directory_stores=self._dir_stores,
+                               stats=self.stats, limits=self.limits, sink=self.sink, parking=self.parking,
+                               read_state=self._read_state,
+                               wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
+                               tombstone_retention_ms=self._retention_ms)
+        self.stores.marks = parts.changelog_end
         self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
-                                     directory_stores=self._dir_stores, restore=self._restore,
-                                     make_table=self._make_table, make_directory=self._make_directory,
-                                     sink=self.sink, stats=self.stats)
+                                     directory_stores=self._dir_stores, restore=parts.restore,
+                                     make_table=parts.make_table, make_directory=parts.make_directory,
+                                     sink=self.sink, stats=self.stats, on_release=parts.released)
         self.processing = Processing(
             app=self.app, codec=self.codec, topics=self.topics, state_topic=s.state_topic,
             dlq_topic=s.dlq_topic, worker_id=o.worker_id, ckpt=self.ckpt, tables=self.assignment.tables,
             directories=self.assignment.directories, sched=self.sched, calls=self.calls,
-            limits=self.limits, stats=self.stats, claim=self._claim)
+            limits=self.limits, stats=self.stats, claim=parts.claim, parking=self.parking,
+            park_failures=o.on_failure == "park")
         self._fast = FastPath(input_topic=self.topics.input, tables=self.assignment.tables,
                               table_types=self._table_types, codec=self.codec, busy=self.sched.queues,
                               ckpt=self.ckpt, stats=self.stats, sink=self.sink,
                               general=self.processing.take, refuse=self.processing.refuse,
-                              other_topics=self.topics.directory is not None)
+                              other_topics=self.topics.directory is not None, parking=self.parking)
         if self.sink is not None:
-            self.sink.open(_Context(self))
+            self.sink.open(Context(self.ckpt, self.stores, self.codec, self.catalog, self.limits,
+                                   self.dead_letter, o.worker_id))
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
-        rebalance = Rebalance(self.assignment, self.checkpoint, self._abort_lost)
+        rebalance = Rebalance(self.assignment, lambda: self.checkpoint(drain=True), self._abort_lost)
         topics = [t for t in (self.topics.input, self.topics.directory) if t]
         self.consumer.subscribe(topics, on_assign=rebalance.on_assign,
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
-    def _topic_max(self, topic: str) -> int | None:
-        """The topic's max.message.bytes (asked of the broker for topics not seen yet)."""
-        known = self._topic_configs.get(topic)
-        if known is None:
-            try:
-                known = self.clients.topic_configs([topic], timeout=10).get(topic, {})
-            except WorkerError as exc:  # a topic not there yet: Kafka's default for now
-                log.info("max.message.bytes of %s not known now: %s", topic, exc)
-                return None
-            self._topic_configs[topic] = known
-        value = known.get("max.message.bytes")
-        return int(value) if value else None
+    def _parking_of(self, topic: str) -> Parking | None:
+        """Parked groups need the parked topic: required with --on-failure park, and read
+        when it exists (groups parked before stay parked under any policy)."""
+        assert self.ckpt is not None
+        if self.opts.on_failure == "park":
+            self._topic_configs.load([topic])  # WorkerError says what to create
+        return Parking(topic, self.ckpt.produce) if self._topic_configs.exists(topic) else None
 
     def run(self) -> None:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
+        if self._stop.is_set():
+            return  # stopped before it started: nothing joined, nothing to leave
         # Objects from start-up (modules, schemas, clients) live as long as the process: keep
         # them out of the collector's scans, and collect young objects less often (the hot
         # path allocates several containers per event, nearly all freed at once).
@@ -196,7 +198,7 @@ class Worker:
         try:
             while not self._stop.is_set():
                 self.poll_once()
-            self.checkpoint()
+            self.checkpoint(drain=True)
         finally:
             self.close()
 
@@ -207,6 +209,8 @@ class Worker:
         assert self._fast is not None and self.processing is not None
         if assignment.busy():
             assignment.advance()
+            if not assignment.busy():  # partitions just became active
+                self.processing.resume_releases()
         sched = self.sched
         got = 0
         room = ckpt.room()
@@ -217,6 +221,12 @@ class Worker:
             n = 1000 if room is None else min(1000, room)
             msgs = consumer.consume(n, timeout=0)
             if not msgs and sched.idle():
+                if ckpt.is_open:
+                    # The input went idle (nothing fetched waits): commit now, so what was
+                    # taken is visible without waiting for the interval. Under load the
+                    # fetched queue is never empty and commits follow the interval.
+                    self.checkpoint()
+                    return
                 first = consumer.poll(0.1)
                 if first is not None:
                     msgs = [first, *consumer.consume(n - 1, timeout=0)] if n > 1 else [first]
@@ -282,64 +292,6 @@ class Worker:
             self.sink.close()
         self._write_stats(force=True)
 
-    # ------------------------------------------------------------------ wiring
-    def _make_table(self, p: int) -> TableApplier:
-        assert self.ckpt is not None
-        claim = self._claim if self.topics.directory else None
-        return TableApplier(self.stores.stores[p], self.ckpt.producer.produce,
-                            state_topic=self.settings.state_topic,
-                            room=self.limits.room(self.settings.state_topic), stats=self.stats,
-                            sink=self.sink, claim=claim, state_headers=self.settings.state_headers)
-
-    def _make_directory(self, p: int) -> DirectoryApplier:
-        assert self.ckpt is not None and self._dir_stores is not None and self.topics.directory
-        return DirectoryApplier(self._dir_stores.stores[p], self.topics.directory, self.topics.input,
-                                self.ckpt.produce, self.stats)
-
-    def _claim(self, partition: int, ekey: bytes, group: str, version: int, deleted: bool) -> None:
-        assert self.ckpt is not None and self.topics.directory
-        self.ckpt.produce(self.topics.directory, claim_value(group, partition, version, deleted), ekey)
-        self.stats.claims_sent += 1
-
-    def _restore(self, topic: str, p: int) -> Restore:
-        conf: dict[str, Any] = {}
-        make = self.clients.restore_consumer
-        wait = self.opts.transaction_timeout_ms / 1000 * 2
-        if topic == self.topics.input:
-            def run(**kw: Any) -> PartitionStore:
-                return restore_partition(conf, self.settings.state_topic, p, self.stores, self.stats,
-                                         self._state_row, make_consumer=make, wait_open_txn_s=wait,
-                                         tombstone_retention_ms=self._retention_ms, **kw)
-        else:
-            assert self._dir_stores is not None and self.ckpt is not None
-            until = self.ckpt.base_of(topic, p) or 0
-
-            def run(**kw: Any) -> PartitionStore:
-                assert self._dir_stores is not None
-                return restore_partition(conf, topic, p, self._dir_stores, self.stats, restored_row,
-                                         make_consumer=make, wait_open_txn_s=wait, until=until, **kw)
-        return Restore(run, topic, p)
-
-    def _state_row(self, msg: Record, raw: bool) -> RestoredRow | None:
-        value, key = msg.value(), msg.key()
-        if key is None:
-            return None
-        if raw and value is not None:
-            return (key, None, False, "", value)  # read on first use
-        state = self._read_state(value, msg.headers())
-        if state is None:
-            return None  # not written by a fifolane worker: nothing to keep
-        return (key, state.version, state.deleted, state.group, None if state.deleted else value)
-
-    def _changelog_end(self, p: int) -> int | None:
-        if self.consumer is None:
-            return None
-        try:
-            return self.consumer.watermarks(TopicPartition(self.settings.state_topic, p), timeout=10)[1]
-        except KafkaClientError as exc:
-            log.info("state topic end of partition %d not known now: %s", p, exc)
-            return None
-
     # ------------------------------------------------------------------ checkpoints
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""
@@ -352,13 +304,21 @@ class Worker:
         assert self.processing is not None
         self.processing.dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
-    def checkpoint(self) -> None:
-        """Drain, then commit outputs, state and input offsets together (see checkpoint.py)."""
-        ckpt = self.ckpt
-        assert ckpt is not None
+    def checkpoint(self, drain: bool = False) -> None:
+        """Commit outputs, state and input offsets together (see checkpoint.py).
+
+        Handler calls still running go on: the commit covers each partition up to its first
+        unfinished event (services/worker/window.py). ``drain``: wait for every call first
+        (before partitions are given up, and when stopping).
+        """
+        ckpt, processing = self.ckpt, self.processing
+        assert ckpt is not None and processing is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         try:
-            self.drain()
+            if drain or processing.partial or ckpt.needs_drain():
+                processing.drain()
+            else:
+                processing.settle()
         except KafkaClientError as exc:
             self._abort(exc)
             return
@@ -373,6 +333,8 @@ class Worker:
             self._after_abort(outcome)
             return
         t1 = time.perf_counter()
+        if self.parking is not None:
+            self.parking.commit()
         if self.sink is not None:
             # A safe point: nothing in flight, nothing staged, no open transaction.
             self.sink.after_commit()
@@ -400,6 +362,8 @@ class Worker:
     def _after_abort(self, outcome: Outcome) -> None:
         assert self.assignment is not None and self.processing is not None
         self.processing.forget()
+        if self.parking is not None:
+            self.parking.rollback()
         if self.sink is not None:
             self.sink.after_abort()
         for topic, p in outcome.stale:
@@ -427,41 +391,10 @@ class Worker:
                 for (t, p), task in self.assignment.restoring.items()}
         if self.ckpt is not None:
             self.stats.bisecting = int(self.ckpt.bisecting)
+        if self.parking is not None:
+            self.stats.parked_groups = len(self.parking.groups)
+            self.stats.held = self.parking.held
+        if self.sink is not None:
+            self.stats.sink = self.sink.metrics()
         if self.opts.stats_file is not None:
             self.stats.write(Path(self.opts.stats_file))
-
-
-class _Context:
-    """What a change sink sees of the worker (services.worker.sink.SinkContext)."""
-
-    def __init__(self, worker: Worker) -> None:
-        assert worker.ckpt is not None
-        self._ckpt = worker.ckpt
-        self._stores = worker.stores
-        self._decode = worker.codec.decode
-        self._catalog = worker.catalog
-        self._limits = worker.limits
-        self._dead_letter = worker.dead_letter
-        self.worker_id = worker.opts.worker_id
-
-    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                partition: int = -1, headers: list[tuple[str, bytes]] | None = None) -> None:
-        self._ckpt.produce(topic, value, key, partition, headers)
-
-    def committed_rows(self, partition: int, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
-        store = self._stores.stores.get(partition)
-        return iter(()) if store is None else store.iter_committed(after)
-
-    def decode(self, value: bytes) -> dict[str, Any]:
-        record: dict[str, Any] = self._decode(value).record
-        return record
-
-    def entity_type(self, name: str) -> EntityType | None:
-        return self._catalog.types.get(name)
-
-    def room(self, topic: str) -> int:
-        return self._limits.room(topic)
-
-    def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
-                    topic: str, partition: int, offset: int, reason: str, error: str) -> None:
-        self._dead_letter(key, value, headers, topic, partition, offset, reason, error)

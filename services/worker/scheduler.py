@@ -1,6 +1,8 @@
-"""FIFO-group scheduling: per-group queues and a bounded set of in-flight groups.
+"""FIFO-group scheduling: per-lane queues and a bounded set of in-flight lanes.
 
-Invariants (seed 000):
+A lane is a FIFO group, or a group's stage in a multi-stage pipeline (``<group>\x00<stage>``):
+the "group index" of seed 000, which lets the stages of one group run at once. Below,
+"group" means lane. Invariants (seed 000):
 - a group has at most one event in flight; its next event is dispatched only after the
   previous one completed (exclusivity, arrival order);
 - up to ``concurrency`` groups are in flight at once, whatever partition they share, so a
@@ -20,11 +22,11 @@ from fifolane.errors import ConfigError
 __all__ = ["GroupScheduler"]
 
 
-class _HasGroup(Protocol):
-    group: str
+class _HasLane(Protocol):
+    lane: str
 
 
-E = TypeVar("E", bound=_HasGroup)
+E = TypeVar("E", bound=_HasLane)
 
 
 class GroupScheduler(Generic[E]):
@@ -42,14 +44,14 @@ class GroupScheduler(Generic[E]):
         self.queued = 0  # events queued or in flight
         self.max_in_flight = 0
 
-    def has_group(self, group: str) -> bool:
-        return group in self.queues
+    def has_group(self, lane: str) -> bool:
+        return lane in self.queues
 
     def submit(self, event: E) -> None:
-        q = self.queues.get(event.group)
+        q = self.queues.get(event.lane)
         if q is None:
-            q = self.queues[event.group] = deque()
-            self.ready.append(event.group)
+            q = self.queues[event.lane] = deque()
+            self.ready.append(event.lane)
         q.append(event)
         self.queued += 1
 
@@ -67,8 +69,8 @@ class GroupScheduler(Generic[E]):
         return started
 
     def complete(self, event: E) -> None:
-        """The head event of ``event.group`` finished: release the group."""
-        group = event.group
+        """The head event of ``event.lane`` finished: release the group."""
+        group = event.lane
         q = self.queues[group]
         head = q.popleft()
         assert head is event, "completion out of order within a group"

@@ -12,13 +12,16 @@ each write, ``after_commit``/``after_abort`` at every checkpoint, ``on_release``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Protocol
 
+from fifolane.serde import SchemaCatalog
 from fifolane.serde.entity import EntityType
-from services.worker.state import Row
+from services.worker.checkpoint import Checkpoint
+from services.worker.limits import Limits
+from services.worker.state import Row, StoreManager
 
-__all__ = ["ChangeSink", "Row", "SinkContext"]
+__all__ = ["ChangeSink", "Context", "Row", "SinkContext"]
 
 
 class SinkContext(Protocol):
@@ -88,3 +91,39 @@ class ChangeSink(Protocol):
 
     def metrics(self) -> dict[str, float]:
         """The sink's own gauges and counters, exported with the worker's metrics."""
+
+
+class Context:
+    """The worker's :class:`SinkContext`: its transaction, committed rows, codec and limits."""
+
+    def __init__(self, ckpt: Checkpoint, stores: StoreManager, codec: Any, catalog: SchemaCatalog,
+                 limits: Limits, dead_letter: Callable[..., None], worker_id: str) -> None:
+        self._ckpt = ckpt
+        self._stores = stores
+        self._decode = codec.decode
+        self._catalog = catalog
+        self._limits = limits
+        self._dead_letter = dead_letter
+        self.worker_id = worker_id
+
+    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                partition: int = -1, headers: list[tuple[str, bytes]] | None = None) -> None:
+        self._ckpt.produce(topic, value, key, partition, headers)
+
+    def committed_rows(self, partition: int, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
+        store = self._stores.stores.get(partition)
+        return iter(()) if store is None else store.iter_committed(after)
+
+    def decode(self, value: bytes) -> dict[str, Any]:
+        record: dict[str, Any] = self._decode(value).record
+        return record
+
+    def entity_type(self, name: str) -> EntityType | None:
+        return self._catalog.types.get(name)
+
+    def room(self, topic: str) -> int:
+        return self._limits.room(topic)
+
+    def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
+                    topic: str, partition: int, offset: int, reason: str, error: str) -> None:
+        self._dead_letter(key, value, headers, topic, partition, offset, reason, error)

@@ -67,6 +67,8 @@ _META_WRITTEN_AT = b"m:written-at"
 MAX_GROUP_BYTES = 0xFFFF
 #: Versions are signed 64-bit integers (Avro long); a row packs them so.
 MIN_VERSION, MAX_VERSION = -(2**63) + 1, 2**63 - 1
+#: Rows of recent commits a partition keeps in memory (see PartitionStore.recent).
+RECENT_ROWS = 10_000
 
 
 @dataclass(slots=True)
@@ -114,6 +116,11 @@ class PartitionStore:
         self.path = path
         self.group_index = group_index
         self.overlay: dict[bytes, Row] = {}
+        #: rows of the last commits, as they are in RocksDB now: the entities written lately
+        #: are the ones read next (a flight's load, for each of its reservations), and a
+        #: dict read costs far less than a RocksDB one. At most RECENT_ROWS; cleared whenever
+        #: RocksDB is written another way (a restore).
+        self.recent: dict[bytes, Row] = {}
         # previous committed group of overlay keys whose group changed (index clean-up)
         self._moved: dict[bytes, str] = {}
         # overlay keys that need a group-index entry (new entities, or moved to another group)
@@ -122,7 +129,7 @@ class PartitionStore:
     # -- reads ------------------------------------------------------------------------
     def get(self, ekey: bytes) -> Row | None:
         """Latest row, pending writes first; deleted rows are returned (they keep a version)."""
-        row = self.overlay.get(ekey)
+        row = self.overlay.get(ekey) or self.recent.get(ekey)
         if row is not None:
             return row
         data = self.db.get(b"e:" + ekey)
@@ -239,6 +246,10 @@ class PartitionStore:
         if wb is not None:
             wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
             self.db.write(wb)
+        recent = self.recent
+        if len(recent) + len(self.overlay) > RECENT_ROWS:
+            recent.clear()
+        recent.update(self.overlay)
         self.overlay.clear()
         self._moved.clear()
         self._indexed.clear()
@@ -268,6 +279,7 @@ class PartitionStore:
         :class:`Row` in between (a restore writes every entity of the partition).
         ``fresh``: the store started empty, so there is no earlier group index to clean up.
         """
+        self.recent.clear()
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         pack = _ROW.pack
@@ -362,7 +374,7 @@ class StoreManager:
     # -- a checkpoint's staged state (services.worker.checkpoint.Staged) -------------------
     def prepare(self) -> object:
         """The staged writes of every store as RocksDB batches (not written yet)."""
-        return {p: store.prepare() for p, store in self.stores.items()}
+        return {p: store.prepare() for p, store in list(self.stores.items())}  # restores open stores meanwhile
 
     def apply(self, prepared: object) -> None:
         """Write the batches of :meth:`prepare` (their transaction committed).
@@ -376,15 +388,21 @@ class StoreManager:
         refresh = self.marks is not None and now >= self._next_marker
         if refresh:
             self._next_marker = now + 30.0
-        for p, store in self.stores.items():
-            marker = self.marks(p) if refresh and self.marks is not None else None
-            if refresh and marker is None:
-                self._next_marker = now  # not known now (leader moving): try next time
-            store.apply(prepared.get(p), marker)
+        # Only stores this checkpoint wrote to are marked: they are active. A store still being
+        # restored (by its thread, which also opens stores meanwhile: iterate a copy) holds
+        # only part of its changelog; its restore writes its own marker.
+        for p, store in list(self.stores.items()):
+            batch = prepared.get(p)
+            marker = None
+            if refresh and batch is not None and self.marks is not None:
+                marker = self.marks(p)
+                if marker is None:
+                    self._next_marker = now  # not known now (leader moving): try next time
+            store.apply(batch, marker)
 
     def rollback(self) -> None:
         """Forget every staged write (their transaction aborted)."""
-        for store in self.stores.values():
+        for store in list(self.stores.values()):
             store.rollback()
 
     def close_all(self) -> None:

@@ -44,7 +44,7 @@ _DELETED = 1
 class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
-    __slots__ = ("_claim", "_db_get", "_headers", "_need_old", "_overlay", "_produce", "_sink",
+    __slots__ = ("_claim", "_db_get", "_headers", "_need_old", "_overlay", "_recent", "_produce", "_sink",
                  "_topic", "_unpack", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, produce: Produce, *, state_topic: str, room: int,
@@ -61,6 +61,7 @@ class TableApplier:
         self._claim = claim
         self._headers = state_headers
         self._overlay = store.overlay
+        self._recent = store.recent
         self._db_get = store.db.get
         self._unpack = store.unpack
         # The previous row itself (not only its version) is needed by a change sink and to
@@ -72,7 +73,7 @@ class TableApplier:
         """:data:`STALE` if the entity's applied version is ``version`` or newer; else its
         latest row: None (unknown here), a :class:`Row`, or its packed bytes when nobody
         needs the row itself."""
-        old = self._overlay.get(ekey)
+        old = self._overlay.get(ekey) or self._recent.get(ekey)
         if old is not None:
             return STALE if version <= old.version else old
         data = self._db_get(b"e:" + ekey)
@@ -124,11 +125,12 @@ class TableApplier:
         return APPLIED
 
     def write(self, ekey: bytes, new: Row, record: dict[str, Any] | None, offset: int | None,
-              ts: int, *, moved_to: str | None = None) -> int:
+              ts: int, *, moved_to: str | None = None, same_version: bool = False) -> int:
         """Apply a write of a whole row: a delete (``new.deleted``) or a handler's write.
         ``moved_to``: a move-out (services/worker/directory.py), already decided by its own
-        rule (which also settles equal versions), so not checked here."""
-        old = self.prior(ekey, new.version) if moved_to is None else self.latest(ekey)
+        rule (which also settles equal versions), so not checked here. ``same_version``: the
+        write may have the applied version (a stage handler moving its entity on)."""
+        old = self.prior(ekey, new.version + same_version) if moved_to is None else self.latest(ekey)
         if old is STALE:
             return STALE
         if new.value is not None and len(ekey) + len(new.value) > self.room:

@@ -57,6 +57,7 @@ class FakeProducer:
         self.commits = 0
         self.aborts = 0
         self.offsets: list[Any] = []
+        self.metadata: list[dict[tuple[str, int], str]] = []
         self.fail: KafkaClientError | None = None
         self.report = DeliveryReport()
         self.renewals = 0
@@ -76,6 +77,7 @@ class FakeProducer:
 
     def send_offsets(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
         self.offsets.append(sorted((tp.topic, tp.partition, tp.offset) for tp in offsets))
+        self.metadata.append({(tp.topic, tp.partition): tp.metadata for tp in offsets if tp.metadata})
 
     def commit(self, timeout: float) -> None:
         self.commits += 1
@@ -104,6 +106,7 @@ class FakeConsumer:
         self.seeks: list[tuple[str, int, int]] = []
         self.paused: set[tuple[str, int]] = set()
         self.offsets = committed
+        self.metadata: dict[tuple[str, int], str | None] = {}
         self.callbacks: dict[str, Callable[..., None]] = {}
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
@@ -118,8 +121,11 @@ class FakeConsumer:
     def group_metadata(self) -> object:
         return object()
 
-    def committed(self, partitions: list[Any], timeout: float) -> dict[tuple[str, int], int | None]:
-        return {(tp.topic, tp.partition): self.offsets.get((tp.topic, tp.partition)) for tp in partitions}
+    def committed(self, partitions: list[Any], timeout: float) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+        """Offsets as set in ``offsets`` (and ``metadata``), or what was last committed."""
+        return {(tp.topic, tp.partition): (self.offsets.get((tp.topic, tp.partition)),
+                                           self.metadata.get((tp.topic, tp.partition)))
+                for tp in partitions}
 
     def commit(self, offsets: list[Any]) -> None:
         pass

@@ -43,7 +43,7 @@ def _load_one(tmp_path: Path, schema: dict[str, Any], name: str = "x.avsc") -> S
 def test_bundled_catalog_types_and_roles() -> None:
     catalog = SchemaCatalog.load(SCHEMAS_DIR)
     # flight_load: the seat counts kept by the flights example (examples/flights.py)
-    assert sorted(catalog.types) == ["flight", "flight_load", "reservation"]
+    assert sorted(catalog.types) == ["flight", "flight_load", "reservation", "ticket"]
     load = catalog.entity("flight_load")
     assert load.key_path == load.group_path == "flight_number"
     reservation = catalog.entity("reservation")
@@ -63,7 +63,7 @@ def test_bundled_field_names_are_the_user_contract() -> None:
     names = [f["name"] for f in catalog.entity("reservation").raw_schema["fields"]]
     assert names == ["reservation_id", "flight_number", "customer_id", "seats", "amount", "state", "version"]
     state = catalog.entity("reservation").raw_schema["fields"][5]["type"]
-    assert state["symbols"] == ["NEW", "CONFIRMED", "REJECTED", "CANCELLED"]
+    assert state["symbols"] == ["NEW", "CONFIRMED", "REJECTED", "CANCELLED", "TICKETED"]
     flight = catalog.entity("flight").raw_schema["fields"]
     assert [f["name"] for f in flight] == ["flight_number", "origin", "destination", "departure", "capacity", "version"]
     assert flight[3]["type"] == {"type": "int", "logicalType": "date"}
@@ -73,9 +73,9 @@ def test_history_schema_is_indexed_by_fingerprint() -> None:
     catalog = SchemaCatalog.load()
     current = catalog.entity("reservation")
     history = [w for w in catalog.writers.values() if w.entity is current and w.reader is not None]
-    assert len(history) == 1
-    assert history[0].where == "schemas/history/reservation.v1.avsc"
-    assert history[0].reader is current.schema
+    assert sorted(w.where for w in history) == ["schemas/history/reservation.v1.avsc",
+                                                 "schemas/history/reservation.v2.avsc"]
+    assert all(w.reader is current.schema for w in history)
 
 
 def test_fingerprints_match_fastavro_crc64() -> None:

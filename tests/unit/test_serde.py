@@ -233,7 +233,7 @@ def _json_reservation(**changes: Any) -> dict[str, Any]:
     (_json_reservation(seats=2**31), "field 'seats': 2147483648 is out of range for int"),
     (_json_reservation(amount="1.5"), "field 'amount': expected double, got '1.5'"),
     (_json_reservation(state="PENDING"),
-     "field 'state': expected one of NEW, CONFIRMED, REJECTED, CANCELLED, got 'PENDING'"),
+     "field 'state': expected one of NEW, CONFIRMED, REJECTED, CANCELLED, TICKETED, got 'PENDING'"),
     (_json_reservation(version=1.5), "field 'version': expected long, got 1.5"),
     (_json_reservation(flight_number=...), "field 'flight_number': missing (required)"),
     (_json_reservation(color="red"), "field 'color': unknown field (fields of Reservation: reservation_id, "

@@ -27,6 +27,7 @@ from fifolane.serde import SchemaCatalog, make_codec
 from services.worker.app import App, Event, GroupState
 from services.worker.options import WorkerOptions
 from services.worker.runtime import Worker
+from services.worker.window import decode_skips
 
 CATALOG = SchemaCatalog.load()
 CODEC = make_codec(Settings(), CATALOG)
@@ -177,3 +178,101 @@ def test_handler_raising_base_exceptions_is_a_handler_failure(tmp_path: Path, ra
     assert (w.stats.processed, w.stats.dead_lettered) == (2, 1)
     assert dict(w.stats.dead_letter_reasons) == {"handler-error": 1}
     w.calls.shutdown()
+
+
+def test_slow_calls_stay_running_across_a_commit(tmp_path: Path) -> None:
+    """#16: a checkpoint does not wait for slow handler calls. It commits each partition up
+    to its first unfinished event, with the finished ones after it in the offset metadata;
+    a replay (after an abort, or by a new owner) skips exactly those."""
+    app = App("slow")
+    gate = threading.Event()
+    calls: list[str] = []
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        calls.append(event.key)
+        if event.key == "SLOW":
+            assert gate.wait(10)
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "SLOW", "F1", 1), _msg(0, 101, "R2", "F2", 1), _msg(0, 102, "R3", "F3", 1)])
+    wait_until(lambda: w.poll_once() or sorted(calls) == ["R2", "R3", "SLOW"] and w.sched.in_flight == 1,
+               timeout=10, message=lambda: str(calls))
+    w.checkpoint()  # SLOW still runs
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 100), ("in", 1, 200)]
+    meta = clients.fake_producer.metadata[-1][("in", 0)]
+    assert decode_skips(100, meta) == {101, 102}
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/R2", b"reservation/R3"]
+    gate.set()
+    w.drain()
+    w.checkpoint()
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 103), ("in", 1, 200)]
+    assert clients.fake_producer.metadata[-1] == {}
+    w.calls.shutdown()
+
+
+def test_a_replay_skips_what_finished_after_the_committed_offset(tmp_path: Path) -> None:
+    clients = FakeClients({("in", 0): 100, ("in", 1): 200})
+    clients.fake_consumer.metadata[("in", 0)] = "fl1;103;" + __import__("base64").b64encode(bytes([0b001])).decode()
+    settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
+                        directory_topic="dir")
+    w = Worker(settings, None, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state"),
+               catalog=CATALOG, clients=clients)
+    w.connect()
+    clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1], timeout=10)
+    # offset 100 was unfinished when committed; 101 and 102 finished: skipped on the replay
+    w.take([_msg(0, 100, "A", "F1", 1), _msg(0, 101, "B", "F2", 1), _msg(0, 102, "C", "F3", 1),
+            _msg(0, 103, "D", "F1", 1)])
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/A", b"reservation/D"]
+    assert (w.stats.replay_skipped, w.stats.processed) == (2, 2)
+
+
+def test_window_metadata_round_trip_and_damage() -> None:
+    """The commit metadata names exactly the finished offsets after the committed one; damaged
+    or foreign metadata skips nothing (a replay is safe, a misread skip would lose events)."""
+    from services.worker.window import MAX_WINDOW, Window
+
+    win = Window()
+    for o in range(100, 120):
+        win.track(o)
+    win.track(105)  # a second stage event of the same record
+    for o in (101, 102, 105, 110, 119):
+        win.untrack(o)
+    off, meta = win.commit_point(120)
+    assert off == 100
+    assert decode_skips(off, meta) == {101, 102, 110, 119}  # 105 has one event left
+    win.untrack(100)
+    off, meta = win.commit_point(120)
+    assert off == 103 and decode_skips(off, meta) == {110, 119}
+    for o in set(range(100, 120)) - {100, 101, 102, 110, 119}:
+        win.untrack(o)
+    win.untrack(105)
+    assert win.commit_point(120) == (120, "")
+    for bad in ["", "x", "fl1;", "fl1;abc;AQ==", "fl1;130;AQ==", "fl1;105;!!", "fl1;99;AQ==",
+                f"fl1;{100 + MAX_WINDOW + 1};AQ==", "other;metadata"]:
+        assert decode_skips(100, bad) == set(), bad
+
+
+def test_counts_are_of_committed_work(tmp_path: Path) -> None:
+    """An aborted transaction's counts go with it: the replay counts its records again, so
+    processed, superseded and dead-lettered add up to the input once, and Prometheus (which
+    reads the committed marks) never sees a counter go back."""
+    w, clients = _worker(tmp_path)
+    batch = [_msg(0, 100, "R1", "F0", 2), _msg(0, 101, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1),
+             FakeMsg(1, 201, b"F1", b"garbage")]
+    w.take(batch)
+    assert (w.stats.consumed, w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (4, 2, 1, 1)
+    assert w.stats.mark["processed"] == 0  # not committed yet
+    clients.fake_producer.fail = TransactionAbortedError("boom", code="_STATE", abortable=True)
+    w.take([_msg(1, 202, "R3", "F1", 1)])  # fails: the open transaction aborts
+    assert w.stats.aborts == 1
+    assert (w.stats.consumed, w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (0, 0, 0, 0)
+    assert not w.stats.dead_letter_reasons
+    w.take([*batch, _msg(1, 202, "R3", "F1", 1)])  # the replay
+    w.checkpoint()
+    s = w.stats
+    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (5, 3, 1, 1)
+    assert s.mark["processed"] == 3 and s.mark["dead_letter_reasons"] == {"undecodable": 1}

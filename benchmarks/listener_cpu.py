@@ -1,4 +1,4 @@
-"""Cost of listeners on the worker's hot path: ``python -m listeners.bench [--changes N]``.
+"""Cost of listeners on the worker's hot path: ``python -m benchmarks.listener_cpu [--changes N]``.
 
 Drives :meth:`ListenerRuntime.on_change` exactly as the worker's table handler does (the
 decoded new record, the encoded old row) with a stand-in sink context whose ``produce`` only
@@ -54,8 +54,7 @@ def _specs(n: int, kind: str) -> list[ListenerSpec]:
 
 
 def _benchmarks(module: str) -> Any:
-    """A module of the benchmark harness (imported by name: the listeners package does not
-    depend on the harness, only this tool reuses its workload)."""
+    """A module of the benchmark harness (the suite's workload)."""
     return importlib.import_module(f"benchmarks.{module}")
 
 

@@ -1,0 +1,172 @@
+"""The systems under test, one run each: start, drain pre-produced input, then ``after``.
+
+Every runner starts its system as a subprocess over ``total`` pre-produced events, times
+the drain by the system's committed offsets (:func:`benchmarks.procs.watch_committed`),
+and, while the system still runs, calls ``after(result, outputs, input_topic)`` (a latency
+probe, say) whose keys are added to the result. ``outputs`` names the system's output
+topics and how to find a probe event in each (see :mod:`benchmarks.latency`).
+
+- :func:`run_worker`: the fifolane worker (table handler or an ``--app``), its state topic
+  and, with listeners, its notifications topic;
+- :func:`run_quix`: a Quix Streams app from ``benchmarks/.venv-quix`` (JSON in and out);
+- :func:`run_kstreams`: the Kafka Streams app (``benchmarks/kstreams``), JVM warmed first.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks import latency
+from benchmarks.events import events
+from benchmarks.harness import COMMIT_INTERVAL, Bench
+from benchmarks.kafka_streams import app_cmd
+from benchmarks.procs import child_env, log_tail, pinned_args, running, watch_committed, worker_cmd
+from benchmarks.suites.listeners import register
+from fifolane.config import Settings
+from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.topics import create_topic
+
+__all__ = ["PROBE_CUSTOMER", "SHORT", "After", "Outputs", "fixed_probe", "key_ident", "probe_records", "quix_ident",
+           "run_kstreams", "run_quix", "run_worker"]
+
+SHORT = {"at-least-once": "ALO", "exactly-once": "EOS"}
+#: Output name -> (topic, ident).
+Outputs = dict[str, tuple[str, latency.Ident]]
+#: (result so far, outputs, input topic) -> more result entries; runs while the system runs.
+After = Callable[[dict[str, Any], Outputs, str], dict[str, Any]]
+
+
+#: The customer of every probe event: a listener can select them with one indexed equality.
+PROBE_CUSTOMER = "probe"
+
+
+def probe_records(settings: Settings, tag: str, n: int, fmt: str) -> list[latency.Record]:
+    """``n`` new reservations (version 1, customer :data:`PROBE_CUSTOMER`) as probe events:
+    Avro (fifolane, Kafka Streams) or JSON (Quix Streams)."""
+    codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
+    out = []
+    for group, rid, _v, rec in events(n, entities=n, prefix=f"L{tag}-"):
+        rec["customer_id"] = PROBE_CUSTOMER
+        value = codec.encode("reservation", rec) if fmt == "avro" else json.dumps(rec).encode()
+        out.append((rid, group.encode(), value))
+    return out
+
+
+def key_ident(msg: Any) -> str | None:
+    """The reservation id of a ``reservation/<id>`` keyed record (state topic, notification,
+    Kafka Streams output, Quix flights output)."""
+    key = msg.key() or b""
+    return key.decode().split("/", 1)[1] if key.startswith(b"reservation/") else None
+
+
+def quix_ident(msg: Any) -> str | None:
+    """The reservation id in a Quix stateful-app output value (``{"rid": ...}``)."""
+    try:
+        return str(json.loads(msg.value())["rid"])
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def fixed_probe(settings: Settings, fmt: str, count: int, rate: float, *, tag: str) -> After:
+    """The stateful suite's probe: ``count`` events at ``rate``/s on the first output."""
+    def after(_result: dict[str, Any], outputs: Outputs, input_topic: str) -> dict[str, Any]:
+        topic, ident = next(iter(outputs.values()))
+        recs = probe_records(settings, tag, count, fmt)
+        return {"latency_ms": latency.measure_latency(settings.resolved_bootstrap(), input_topic, topic,
+                                                      settings.partitions, recs, ident, rate=rate)}
+    return after
+
+
+def run_worker(bench: Bench, base: Settings, total: int, guarantee: str, *, label: str,
+               listeners: list[tuple[str, bytes]] | None = None, concurrency: int = 16,
+               app: str | None = None, after: After | None = None,
+               python: list[str] | None = None) -> dict[str, Any]:
+    """One fifolane worker over ``base``'s input (``python``: e.g. a profiler's command)."""
+    settings = bench.run_on(base, label)
+    if listeners:
+        register(settings, listeners)
+    wid = f"bench-{uuid.uuid4().hex[:6]}"
+    group = f"bench-fifolane-{wid}"
+    cmd = worker_cmd(settings, wid, group, guarantee=guarantee, concurrency=concurrency,
+                     commit_interval=COMMIT_INTERVAL, app=app, listeners=bool(listeners), python=python)
+    log = settings.home / f"{wid}.log"
+    bench.step(f"{label}: fifolane {guarantee}", total)
+    with running(cmd, log, env=child_env(settings)) as proc:
+        try:
+            commits = watch_committed(bench.bootstrap, group, settings.input_topic, settings.partitions,
+                                      total, timeout=120 + total / 1000, alive=lambda: proc.poll() is None,
+                                      on_progress=bench.advance)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\nworker log {log}:\n{log_tail(log)}") from exc
+        result: dict[str, Any] = {"throughput": commits.to_dict(), "listeners": len(listeners or ()),
+                                  "state_topic": settings.state_topic}
+        outputs: Outputs = {"state": (settings.state_topic, key_ident)}
+        if listeners:
+            outputs["notifications"] = (settings.listener_output_topic, key_ident)
+        if after is not None:
+            bench.step(f"{label}: fifolane {guarantee} latency")
+            result.update(after(result, outputs, settings.input_topic))
+    return result
+
+
+def run_quix(bench: Bench, python: str, base: Settings, json_topic: str, total: int, guarantee: str, *,
+             label: str, script: str = "benchmarks/quix_app.py", ident: latency.Ident = quix_ident,
+             after: After | None = None) -> dict[str, Any]:
+    """One Quix Streams app (``script``, run by the Quix venv's ``python``) over ``json_topic``."""
+    tag = f"quix-{SHORT[guarantee].lower()}-{uuid.uuid4().hex[:6]}"
+    out = f"bench.quix-out.{tag}"
+    create_topic(base, out, base.partitions)
+    group = f"bench-{tag}"
+    cmd = [python, script, "--bootstrap", bench.bootstrap, "--input", json_topic,
+           "--output", out, "--group", group, "--guarantee", guarantee,
+           "--commit-interval", str(COMMIT_INTERVAL), "--state-dir", str(bench.work / tag),
+           *pinned_args()]
+    log = bench.work / f"{tag}.log"
+    bench.step(f"{label}: Quix Streams {guarantee}", total)
+    with running(cmd, log) as proc:
+        try:
+            commits = watch_committed(bench.bootstrap, group, json_topic, base.partitions, total,
+                                      timeout=180 + total / 500, alive=lambda: proc.poll() is None,
+                                      on_progress=bench.advance)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\nquix log {log}:\n{log_tail(log)}") from exc
+        result: dict[str, Any] = {"throughput": commits.to_dict(), "output_topic": out}
+        if after is not None:
+            bench.step(f"{label}: Quix Streams {guarantee} latency")
+            result.update(after(result, {"output": (out, ident)}, json_topic))
+    return result
+
+
+def run_kstreams(bench: Bench, build: Path, base: Settings, total: int, guarantee: str, variant: str,
+                 *, warmup: tuple[str, int], label: str, after: After | None = None) -> dict[str, Any]:
+    """One Kafka Streams run over ``base``'s Avro input.
+
+    ``warmup`` = (output topic of the warm-up pass, events): the JVM first runs the same
+    topology under its own application id over that many events of the input.
+    """
+    tag = f"ks-{variant}-{SHORT[guarantee].lower()}-{uuid.uuid4().hex[:6]}"
+    out = f"bench.ks-out.{tag}"
+    create_topic(base, out, base.partitions, {"cleanup.policy": "compact"})
+    app_id = f"bench-{tag}"
+    cmd = app_cmd(build, bootstrap=bench.bootstrap, input_topic=base.input_topic, output_topic=out,
+                  app_id=app_id, state_dir=bench.work / tag, guarantee=guarantee, variant=variant,
+                  commit_interval=COMMIT_INTERVAL, warmup=(base.input_topic, warmup[0], warmup[1]))
+    log = bench.work / f"{tag}.log"
+    bench.step(f"{label}: Kafka Streams {variant} {guarantee}", total)
+    with running(cmd, log) as proc:
+        try:
+            # The JVM start and the warm-up pass come before the first commit: not timed.
+            commits = watch_committed(bench.bootstrap, app_id, base.input_topic, base.partitions, total,
+                                      timeout=240 + total / 1000, alive=lambda: proc.poll() is None,
+                                      on_progress=bench.advance, first_commit_timeout=240)
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\nKafka Streams log {log}:\n{log_tail(log)}") from exc
+        result: dict[str, Any] = {"throughput": commits.to_dict(), "variant": variant, "output_topic": out}
+        if after is not None:
+            bench.step(f"{label}: Kafka Streams {variant} {guarantee} latency")
+            result.update(after(result, {"output": (out, key_ident)}, base.input_topic))
+    return result

@@ -1,0 +1,5 @@
+"""``python -m fifolane.cli``: the same as the ``fifolane`` command."""
+
+from fifolane.cli import main
+
+main()
