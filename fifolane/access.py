@@ -17,6 +17,7 @@ cluster without an authorizer allows everything.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 
 from fifolane.errors import ConfigError
 
-__all__ = ["KafkaAccess", "TopicAccess", "principal_of"]
+__all__ = ["KafkaAccess", "TopicAccess", "kafka_said", "principal_of"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ def principal_of(conf: Mapping[str, Any]) -> str | None:
     user = conf.get("sasl.username")
     protocol = str(conf.get("security.protocol", "")).upper()
     return f"User:{user}" if user and protocol.startswith("SASL") else None
+
+
+def kafka_said(text: str) -> str:
+    """librdkafka's error text without the broker address in front and the timing after it
+    (``sasl_ssl://h:9092/bootstrap: SSL handshake failed: ... (after 10ms in state X)``)."""
+    text = re.sub(r"^\S+://\S+: ", "", text.strip())
+    return re.sub(r"\s*\(after \d+ms in state \w+.*\)$", "", text)
 
 
 class TopicAccess:
@@ -106,13 +114,26 @@ class KafkaAccess:
         err = self._login_error
         if err is None:
             return
+        said = kafka_said(err.str())
         if err.code() == KafkaError._AUTHENTICATION:
+            if "invalid credentials" in said:
+                raise ConfigError(
+                    f"Kafka at {bootstrap} refused the login of {self._who()}: wrong user name or "
+                    f"password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD)"
+                )
             raise ConfigError(
-                f"Kafka at {bootstrap} refused the login of {self._who()}: wrong user name or "
-                f"password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD); Kafka said: {err.str()}"
+                f"Kafka at {bootstrap} refused the login of {self._who()}: {said}; check "
+                f"FIFOLANE_SASL_MECHANISM and FIFOLANE_SECURITY_PROTOCOL"
+            )
+        if "certificate verify failed" in said:
+            raise ConfigError(
+                f"the TLS handshake with Kafka at {bootstrap} failed: the broker's certificate is not "
+                f"signed by a CA in FIFOLANE_SSL_CA_LOCATION ({self.conf.get('ssl.ca.location', 'not set')}); "
+                f"set it to the CA that signed the brokers' certificates (`fifolane kafka up --secure` "
+                f"prints it)"
             )
         raise ConfigError(
-            f"the TLS handshake with Kafka at {bootstrap} failed: {err.str()}; check "
+            f"the TLS handshake with Kafka at {bootstrap} failed: {said}; check "
             f"FIFOLANE_SSL_CA_LOCATION (the CA that signed the brokers' certificates) and "
             f"FIFOLANE_SECURITY_PROTOCOL"
         )

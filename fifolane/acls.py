@@ -42,6 +42,7 @@ ROLES = ("producer", "worker", "listener-admin", "listener-reader", "spark")
 # Throwaway consumer groups (uuid-suffixed) of the clients that read a topic by assignment.
 RESTORE_GROUPS = "fifolane-restore-"
 REGISTRY_GROUPS = "fifolane-registry-"
+PARKED_GROUPS = "fifolane-parked-"
 VIEWS_GROUPS = "fifolane-views"
 
 
@@ -103,6 +104,8 @@ def role_grants(role: str, settings: Settings, *, app: str = "table", group_id: 
             *_topics([s.state_topic, s.directory_topic], ["READ", "WRITE", "DESCRIBE_CONFIGS"],
                      "restore and write the table and the entity directory; delete.retention.ms"),
             *_topics([s.dlq_topic], ["WRITE", "DESCRIBE_CONFIGS"], "dead letters (cut to max.message.bytes)"),
+            *_topics([s.parked_topic], ["READ", "WRITE", "DESCRIBE_CONFIGS"],
+                     "parked groups (--on-failure park): held events, restored with a partition"),
             *_topics([s.registry_topic], ["READ", "WRITE"],
                      "follow listener registrations; write snapshot progress and status records"),
             *_topics(outs, ["WRITE", "DESCRIBE_CONFIGS"], "listener notifications"),
@@ -110,6 +113,7 @@ def role_grants(role: str, settings: Settings, *, app: str = "table", group_id: 
             Grant("group", group, "READ", "the worker's consumer group (offsets in transactions)"),
             Grant("group", RESTORE_GROUPS, "READ", "restore consumers (assigned partitions)", True),
             Grant("group", REGISTRY_GROUPS, "READ", "the registry follower (assigned partition)", True),
+            Grant("group", PARKED_GROUPS, "READ", "parked-topic readers (assigned partitions)", True),
             Grant("transactional_id", f"{group}-", "WRITE", "exactly-once: transactional id <group>-<worker id>", True),
         ]
     if role == "listener-admin":

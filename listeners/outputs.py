@@ -6,7 +6,7 @@ topic (every notification would come back as an event), the state topic, the reg
 
 - :func:`role_topic_problem` (no I/O; at registration and again in every worker before it
   activates a listener): a role topic of the pipeline (input, state, registry, dead-letter,
-  entity directory) or one of Kafka's internal topics is refused.
+  entity directory, parked) or one of Kafka's internal topics is refused.
 - :func:`check_output_topic` (at registration): also a topic already used for something
   else: a compacted topic (a table or changelog; output topics are ``cleanup.policy=delete``)
   or one whose latest records are not notifications (no ``fifolane.listener`` header), and,
@@ -38,6 +38,7 @@ def role_topic_problem(settings: Settings, topic: str) -> str | None:
     roles = {
         "input": settings.input_topic, "state": settings.state_topic, "registry": settings.registry_topic,
         "dead-letter": settings.dlq_topic, "entity directory": settings.directory_topic,
+        "parked": settings.parked_topic,
     }
     for role, name in roles.items():
         if topic == name:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from fifolane.access import KafkaAccess
+from fifolane.access import KafkaAccess, principal_of
 from fifolane.errors import (
     ConfigError,
     KafkaClientError,
@@ -199,8 +199,14 @@ class TxnProducer:
     # -- transactions ------------------------------------------------------------------------
     def init(self, timeout: float = 60.0) -> None:
         """init_transactions: fences older producers with this id and settles their
-        open transaction (waits, calling again, while the coordinator is unavailable)."""
-        self._resume(self._producer.init_transactions, "init_transactions", timeout)
+        open transaction (waits, calling again, while the coordinator is unavailable).
+        :class:`WorkerError` naming the ACL if the principal may not use its transactional id."""
+        try:
+            self._resume(self._producer.init_transactions, "init_transactions", timeout)
+        except KafkaClientError as exc:
+            if exc.code != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+                raise
+            raise WorkerError(_txn_denied(self._conf)) from exc
 
     def begin(self) -> None:
         try:
@@ -232,6 +238,18 @@ class TxnProducer:
                 if not isinstance(mapped, KafkaRetriableError) or time.monotonic() >= deadline:
                     raise mapped from exc
                 log.info("%s: %s; calling again", what, mapped)
+
+
+def _txn_denied(conf: Mapping[str, Any]) -> str:
+    """The start-up error of a worker whose principal may not use its transactional id."""
+    tid = str(conf.get("transactional.id"))
+    who = principal_of(conf) or "this worker's principal"
+    # producer_config: transactional.id = <group>-<worker id>, client.id = <worker id>-producer
+    worker_id = str(conf.get("client.id", "")).removesuffix("-producer")
+    group = tid.removesuffix(f"-{worker_id}") if worker_id and tid.endswith(f"-{worker_id}") else None
+    grant = (f"fifolane acls apply --role worker --principal {principal_of(conf) or 'User:<name>'}"
+             + (f" --group-id {group}" if group else ""))
+    return f"the worker cannot start: {who} lacks WRITE on transactional id {tid!r}; grant them (`{grant}`, docs/security.md)"
 
 
 class WorkerConsumer:
@@ -350,7 +368,8 @@ class KafkaClients:
             lacking.append(f"READ on consumer group {group!r}")
         if lacking:
             who = access.principal or "this worker's principal"
-            grant = f"fifolane acls apply --role worker --principal {who}" + (f" --group-id {group}" if group else "")
+            grant = (f"fifolane acls apply --role worker --principal {access.principal or 'User:<name>'}"
+                     + (f" --group-id {group}" if group else ""))
             raise WorkerError(f"the worker cannot start: {who} lacks {', '.join(lacking)}; grant them "
                               f"(`{grant}`, docs/security.md)")
         admin = access.admin

@@ -6,10 +6,12 @@ and SASL. The results equal the sequential reference."""
 from __future__ import annotations
 
 import random
+import urllib.request
 from datetime import date
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from kafka_fixtures import wait_until
 from secure_support import SecureSetup
@@ -47,6 +49,17 @@ def _events() -> list[tuple[str, dict[str, Any], str]]:
     return events
 
 
+def _metrics_on_localhost_only(workers: list[WorkerThread]) -> None:
+    """By default a worker's metrics endpoint listens on 127.0.0.1 only, and answers there."""
+    listening = {c.laddr.port: c.laddr.ip for c in psutil.Process().net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN}
+    for w in workers:
+        port = w.worker.metrics_port
+        assert port is not None and listening[port] == "127.0.0.1"
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert f'fifolane_events_processed_total{{worker="{w.worker.opts.worker_id}"}}' in body
+
+
 def test_pipeline_with_each_component_under_its_own_principal(secure: SecureSetup, spark: Any,
                                                               tmp_path: Path) -> None:
     s = secure.admin
@@ -73,8 +86,9 @@ def test_pipeline_with_each_component_under_its_own_principal(secure: SecureSetu
     events = _events()
     n = send_events(secure.as_user("producer"), events)
     ws = secure.as_user("worker")
-    workers = [WorkerThread(ws, app, worker_id=f"w{i}", concurrency=8, listeners=ListenerRuntime(ws))
-               for i in (1, 2)]
+    # --on-failure park: the worker role covers the parked topic too (read at every assignment).
+    workers = [WorkerThread(ws, app, worker_id=f"w{i}", concurrency=8, listeners=ListenerRuntime(ws),
+                            on_failure="park", metrics_port=0) for i in (1, 2)]
     for w in workers:
         w.__enter__()
     try:
@@ -85,6 +99,7 @@ def test_pipeline_with_each_component_under_its_own_principal(secure: SecureSetu
                   if k.startswith("reservation/") and r["state"] == "CONFIRMED" and r["amount"] >= 500.0}
         wait_until(lambda: view.follow(client) >= 0 and view.data == wanted, timeout=60,
                    message=lambda: f"listener view has {len(view.data)} of {len(wanted)}")
+        _metrics_on_localhost_only(workers)
     finally:
         client.close()
         for w in workers:

@@ -1,6 +1,7 @@
 """On the secured broker, what is not allowed is refused at once, with the missing permission
-named: a wrong password, a registration without registry write, output topics that are role
-topics / used for something else / not writable, a worker without its state topic."""
+named: a wrong password, an untrusted broker certificate, a registration without registry
+write, output topics that are role topics / used for something else / not writable, a worker
+without its state topic, parked topic, consumer group or transactional id."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from secure_support import SecureSetup, error_line, run_cli
 from worker_support import WorkerThread, reservation, send_events, wait_accounted
 
 from fifolane.acls import role_grants
+from fifolane.config import Settings
 from fifolane.errors import ListenerError, WorkerError
 from fifolane.topics import create_topic
 from listeners.model import ListenerSpec
@@ -29,20 +31,34 @@ def test_wrong_password_is_refused_clearly(secure: SecureSetup) -> None:
     secure.grant("worker", "worker")
     wrong = secure.as_user("worker", "not-the-password")
     refused = (f"Kafka at {wrong.bootstrap_servers} refused the login of User:worker (SCRAM-SHA-512): "
-               f"wrong user name or password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD); Kafka said: ")
+               f"wrong user name or password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD)")
     started = time.monotonic()
+    worker = WorkerThread(wrong, worker_id="w-wrong").worker
     with pytest.raises(WorkerError) as caught:
-        WorkerThread(wrong, worker_id="w-wrong").worker.connect()
-    assert str(caught.value).startswith(f"the worker cannot start: {refused}")
-    assert "invalid credentials" in str(caught.value)
+        worker.connect()
+    assert str(caught.value) == f"the worker cannot start: {refused}"
+    assert worker.consumer is not None
+    worker.consumer.close()  # made before the check (the CLI's process just exits)
     assert time.monotonic() - started < 15  # at the first refusal, not after a time-out
 
     done = run_cli(wrong, "worker", "--worker-id", "w-wrong")  # exits: no retry loop
     assert done.returncode == 2
-    assert error_line(done.stderr).startswith(f"error: the worker cannot start: {refused}")
+    assert error_line(done.stderr) == f"error: the worker cannot start: {refused}"
     done = run_cli(wrong, "listeners", "list")
     assert done.returncode == 2
-    assert error_line(done.stderr).startswith(f"error: {refused}")
+    assert error_line(done.stderr) == f"error: {refused}"
+
+
+def test_an_untrusted_broker_certificate_is_refused_clearly(secure: SecureSetup) -> None:
+    # The system's CAs, not the one that signed the broker's certificate.
+    system_cas = "/etc/ssl/certs/ca-certificates.crt"
+    other = secure.as_user("listener-admin").with_overrides(ssl_ca_location=system_cas)
+    done = run_cli(other, "listeners", "list")
+    assert done.returncode == 2
+    assert error_line(done.stderr) == (
+        f"error: the TLS handshake with Kafka at {other.bootstrap_servers} failed: the broker's certificate "
+        f"is not signed by a CA in FIFOLANE_SSL_CA_LOCATION ({system_cas}); set it to the CA that signed the "
+        f"brokers' certificates (`fifolane kafka up --secure` prints it)")
 
 
 def test_a_principal_without_registry_write_cannot_register(secure: SecureSetup) -> None:
@@ -70,7 +86,7 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
     secure.grant("listener-admin", "listener-admin", output_prefixes=[f"{s.input_topic}.out."])
     ladmin = secure.as_user("listener-admin")
     roles = {"input": s.input_topic, "state": s.state_topic, "registry": s.registry_topic,
-             "dead-letter": s.dlq_topic, "entity directory": s.directory_topic}
+             "dead-letter": s.dlq_topic, "entity directory": s.directory_topic, "parked": s.parked_topic}
     for role, topic in roles.items():
         message = (f"output topic {topic!r} is the pipeline's {role} topic: notifications may not be "
                    f"written into the pipeline's own topics; choose another output topic")
@@ -132,17 +148,22 @@ def test_output_topics_are_checked_at_registration(secure: SecureSetup) -> None:
 
 def test_worker_without_the_state_topic_stops_at_start_up(secure: SecureSetup) -> None:
     s = secure.admin
-    user = secure.new_user("worker-no-state")
-    kept = [g for g in role_grants("worker", s) if g.name != s.state_topic]
-    admin = AdminClient(s.kafka_config())
-    for future in admin.create_acls([g.binding("User:worker-no-state") for g in kept]).values():
-        future.result()
+    user = _worker_user(secure, "worker-no-state", without=s.state_topic)
     done = run_cli(user, "worker", "--worker-id", "w-nostate", timeout=60)  # exits: no retry loop
     assert done.returncode == 2
     assert error_line(done.stderr) == (
         f"error: the worker cannot start: User:worker-no-state lacks READ on topic {s.state_topic!r}, WRITE "
         f"on topic {s.state_topic!r}, DESCRIBE_CONFIGS on topic {s.state_topic!r}; grant them (`fifolane "
         f"acls apply --role worker --principal User:worker-no-state --group-id fifolane-table`, "
+        f"docs/security.md)")
+    # With --on-failure park the worker also needs the parked topic.
+    user = _worker_user(secure, "worker-no-parked", without=s.parked_topic)
+    done = run_cli(user, "worker", "--worker-id", "w-nopark", "--on-failure", "park", timeout=60)
+    assert done.returncode == 2
+    assert error_line(done.stderr) == (
+        f"error: the worker cannot start: User:worker-no-parked lacks READ on topic {s.parked_topic!r}, WRITE "
+        f"on topic {s.parked_topic!r}, DESCRIBE_CONFIGS on topic {s.parked_topic!r}; grant them (`fifolane "
+        f"acls apply --role worker --principal User:worker-no-parked --group-id fifolane-table`, "
         f"docs/security.md)")
 
 
@@ -168,3 +189,30 @@ def test_workers_refuse_a_role_topic_written_into_the_registry_by_hand(
     assert len(consume_all(s, s.input_topic)) == n  # nothing came back as input
     notes: list[Any] = consume_all(s, s.listener_output_topic)
     assert {m.headers()[0][1] for m in notes} == {b"fine"} and len(notes) == n
+
+
+def _worker_user(secure: SecureSetup, name: str, *, without: str) -> Settings:
+    """A new user with the worker role's ACLs except those on resource ``without``."""
+    user = secure.new_user(name)
+    kept = [g for g in role_grants("worker", secure.admin) if g.name != without]
+    admin = AdminClient(secure.admin.kafka_config())
+    for future in admin.create_acls([g.binding(f"User:{name}") for g in kept]).values():
+        future.result()
+    return user
+
+
+def test_worker_without_its_group_or_transactional_id_stops_at_start_up(secure: SecureSetup) -> None:
+    user = _worker_user(secure, "worker-no-group", without="fifolane-table")
+    done = run_cli(user, "worker", "--worker-id", "w-nogroup", timeout=60)
+    assert done.returncode == 2
+    assert error_line(done.stderr) == (
+        "error: the worker cannot start: User:worker-no-group lacks READ on consumer group 'fifolane-table'; "
+        "grant them (`fifolane acls apply --role worker --principal User:worker-no-group --group-id "
+        "fifolane-table`, docs/security.md)")
+    user = _worker_user(secure, "worker-no-txn", without="fifolane-table-")
+    done = run_cli(user, "worker", "--worker-id", "w-notxn", timeout=90)
+    assert done.returncode == 2
+    assert error_line(done.stderr) == (
+        "error: the worker cannot start: User:worker-no-txn lacks WRITE on transactional id "
+        "'fifolane-table-w-notxn'; grant them (`fifolane acls apply --role worker --principal "
+        "User:worker-no-txn --group-id fifolane-table`, docs/security.md)")

@@ -15,7 +15,7 @@ from services.worker.options import WorkerOptions
 pytestmark = pytest.mark.integration
 
 S = Settings(bootstrap_servers="x:1", input_topic="in", state_topic="st", registry_topic="reg", dlq_topic="dlq",
-             listener_output_topic="notes", directory_topic="dir")
+             listener_output_topic="notes", directory_topic="dir", parked_topic="park")
 
 
 def _table(role: str, **options: object) -> set[tuple[str, str, str, bool]]:
@@ -33,10 +33,12 @@ def test_the_worker_role_matches_the_ids_the_worker_uses() -> None:
     assert grants == {
         *{("topic", t, op, False) for t in ("in", "st", "dir") for op in ("READ", "WRITE", "DESCRIBE_CONFIGS")},
         ("topic", "dlq", "WRITE", False), ("topic", "dlq", "DESCRIBE_CONFIGS", False),
+        *{("topic", "park", op, False) for op in ("READ", "WRITE", "DESCRIBE_CONFIGS")},
         ("topic", "reg", "READ", False), ("topic", "reg", "WRITE", False),
         ("topic", "notes", "WRITE", False), ("topic", "notes", "DESCRIBE_CONFIGS", False),
         ("group", group, "READ", False), ("group", "fifolane-restore-", "READ", True),
-        ("group", "fifolane-registry-", "READ", True), ("transactional_id", f"{group}-", "WRITE", True),
+        ("group", "fifolane-registry-", "READ", True), ("group", "fifolane-parked-", "READ", True),
+        ("transactional_id", f"{group}-", "WRITE", True),
     }
     assert ("group", "fifolane-g", "READ", False) in _table("worker", group_id="fifolane-g")
 
@@ -57,7 +59,7 @@ def test_the_other_roles() -> None:
 
 
 def test_role_topics_are_no_output_topics() -> None:
-    for topic in ("in", "st", "reg", "dlq", "dir", "__consumer_offsets"):
+    for topic in ("in", "st", "reg", "dlq", "dir", "park", "__consumer_offsets"):
         assert role_topic_problem(S, topic) is not None, topic
     assert role_topic_problem(S, "notes") is None
     assert role_topic_problem(S, "in.out") is None
