@@ -190,5 +190,5 @@ class FakeClients(KafkaClients):
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         return _EmptyChangelog()
 
-    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
+    def topic_configs(self, names: list[str], timeout: float = 30.0, **_access: Any) -> dict[str, dict[str, str]]:
         return {n: {} for n in names}
