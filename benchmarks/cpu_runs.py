@@ -121,7 +121,7 @@ def run_workers(bench: Bench, settings: Settings, total: int, *, label: str, wor
                     time.sleep(0.1)  # polling the stats files under a deadline
                 before_drain()
             bench.step(f"{label}: {workers} worker(s) draining", total)
-            commits = watch_committed(bench.bootstrap, group, run.input_topic, run.partitions, total,
+            commits = watch_committed(run.resolved_bootstrap(), group, run.input_topic, run.partitions, total,
                                       timeout=180 + total / 1000, alive=alive, on_progress=progress)
         except (RuntimeError, TimeoutError) as exc:
             tails = "\n".join(f"{log}:\n{log_tail(log, 15)}" for log in logs)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,19 @@ from typing import Any
 import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-__all__ = ["Brokers", "TopicBytes", "cpu_seconds", "find_brokers", "loadavg", "read_records"]
+__all__ = ["Brokers", "TopicBytes", "cpu_seconds", "find_brokers", "loadavg", "read_records",
+           "restored_from_log"]
+
+_RESTORED = re.compile(r"restored \S+\[(\d+)\]: (\d+) records in ([\d.]+)s")
+
+
+def restored_from_log(log: Path) -> dict[int, tuple[int, float]]:
+    """partition -> (records, seconds) from a worker's "restored <topic>[p]: N records in Xs" lines."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}
+    return {int(p): (int(n), float(s)) for p, n, s in _RESTORED.findall(text)}
 
 
 def loadavg() -> list[float]:

@@ -21,6 +21,8 @@ SUITES: dict[str, str] = {
     "listeners": "listeners",
     "restore": "restore",
     "spark": "spark",
+    "capacity": "capacity",
+    "scaling": "scaling",
 }
 
 
