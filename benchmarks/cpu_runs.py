@@ -47,12 +47,14 @@ class CpuRun:
 
     @property
     def worker_us(self) -> float:
-        """Worker CPU microseconds per event."""
-        return self.worker_cpu_s / self.events * 1e6
+        """Worker CPU microseconds per event (nan when nothing was timed)."""
+        return self.worker_cpu_s / self.events * 1e6 if self.events else float("nan")
 
     @property
     def broker_us(self) -> float | None:
-        return None if self.broker_cpu_s is None else self.broker_cpu_s / self.events * 1e6
+        if self.broker_cpu_s is None or not self.events:
+            return None
+        return self.broker_cpu_s / self.events * 1e6
 
     def to_dict(self) -> dict[str, Any]:
         return {"workers": self.workers, "events": self.events, "seconds": round(self.seconds, 3),
@@ -81,9 +83,10 @@ def _assigned(stats_files: list[Path]) -> int:
 def run_workers(bench: Bench, settings: Settings, total: int, *, label: str, workers: int = 1,
                 brokers: Brokers | None, listeners: list[tuple[str, bytes]] | None = None,
                 app: str | None = None, fresh_outputs: bool = True,
-                before_drain: Callable[[], None] | None = None) -> CpuRun:
+                before_drain: Callable[[], None] | None = None, timed: bool = True) -> CpuRun:
     """``workers`` exactly-once workers over ``settings``' input (fresh output topics unless
-    ``fresh_outputs`` is False); see the module docstring."""
+    ``fresh_outputs`` is False); see the module docstring. ``timed=False``: a run only for
+    its outputs (the dead-letter run), which may drain in its first commit."""
     run = bench.run_on(settings, label) if fresh_outputs else settings
     if listeners:
         register(run, listeners)
@@ -129,7 +132,7 @@ def run_workers(bench: Bench, settings: Settings, total: int, *, label: str, wor
         worker_cpu = cpu_seconds(pids) - first["w"]
         broker_cpu = cpu_seconds(broker_pids) - first["b"] if brokers is not None else None
     t0, c0 = commits.first
-    if c0 >= total:
+    if c0 >= total and timed:
         raise RuntimeError(f"{label}: all {total:,} events landed in the first commit: nothing to time; "
                            "give the run more events")
     return CpuRun(workers=workers, events=total - c0, seconds=commits.end - t0, worker_cpu_s=worker_cpu,

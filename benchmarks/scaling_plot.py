@@ -28,11 +28,9 @@ def scaling_plot(path: Path, rows: list[dict[str, Any]]) -> None:
         if all(r.get("broker_us_per_event") is not None for r in mine):
             right.plot(xs, [r["broker_us_per_event"] for r in mine], "s:", color=colour,
                        label=f"3 brokers, {partitions} partitions")
-    model = sorted({(r["workers"], r["predicted_2_cores"], r["predicted_got_cores"]) for r in rows
-                    if r.get("predicted_2_cores")})
-    if model:
-        xs = sorted({w for w, _a, _b in model})
-        idle = {w: a for w, a, _b in model}
+    idle = {r["workers"]: r["predicted_2_cores"] for r in rows if r.get("predicted_2_cores")}
+    if idle:
+        xs = sorted(idle)
         left.plot(xs, [idle[x] for x in xs], "k--", label="model, 2 idle cores")
         got = [(r["workers"], r["predicted_got_cores"]) for r in rows if r.get("predicted_got_cores")]
         left.scatter([w for w, _ in got], [v for _, v in got], marker="x", color="grey",

@@ -118,7 +118,7 @@ def _dead_letters(bench: Bench, brokers: Brokers | None, m: int) -> dict[str, An
              for i, (g, _k, _v, rec) in enumerate(events(m))]
     bench.step(f"capacity: pre-producing {m:,} events, every {DLQ_EVERY}th undecodable", m)
     produce_raw(base, base.input_topic, iter(items), on_progress=bench.advance)
-    run = run_workers(bench, base, m, label="capacity-dlq", brokers=brokers)
+    run = run_workers(bench, base, m, label="capacity-dlq", brokers=brokers, timed=False)
     dlq = read_records(bench.bootstrap, run.settings.dlq_topic, brokers)
     return {**dlq.to_dict(), "expected": len(range(0, m, DLQ_EVERY)), "loadavg": run.loadavg}
 
@@ -199,7 +199,7 @@ def run(bench: Bench) -> None:
     raw["bytes"] = _bytes(bench, brokers, last[f"{EQUALITY} equality"], base.input_topic)
     raw["bytes"]["dead_letter"] = _dead_letters(bench, brokers, bench.size(10_000, 5_000))
     raw["restore"] = _restore(bench, brokers, bench.size(300_000, 50_000))
-    raw["spark"] = _spark(bench, bench.size(300_000, 20_000))
+    raw["spark"] = _spark(bench, bench.size(100_000, 20_000))
     costs = derive_costs(cases)
     costs["bytes"] = {k: _per_record(v) for k, v in raw["bytes"].items()}
     costs["restore_entities_per_s"] = raw["restore"]["entities_per_s"]

@@ -56,7 +56,7 @@ def _encoded(settings: Settings, n: int) -> list[tuple[bytes, bytes | None, Any]
 def run(bench: Bench) -> None:
     """Start 3 brokers; for 6 and 12 partitions, 1..3 workers, ``reps`` rounds (median)."""
     started = time.monotonic()
-    n = bench.size(200_000, 30_000)
+    n = bench.size(100_000, 30_000)
     reps = bench.size(3, 1)
     costs, costs_from = _costs(bench)
     home = bench.work / "cluster3"
