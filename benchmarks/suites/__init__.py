@@ -22,6 +22,8 @@ SUITES: dict[str, str] = {
     "listeners": "listeners",
     "restore": "restore",
     "spark": "spark",
+    "capacity": "capacity",
+    "scaling": "scaling",
 }
 
 

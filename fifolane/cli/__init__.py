@@ -27,6 +27,7 @@ _COMMANDS: dict[str, str] = {
     "listen": "fifolane.cli.listeners:listen",
     "views": "fifolane.cli.views:views",
     "demo": "fifolane.cli.demo:demo",
+    "plan": "fifolane.cli.plan:plan_command",
 }
 
 
