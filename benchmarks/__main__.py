@@ -1,5 +1,6 @@
 """``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``,
-``python -m benchmarks compare --before PATH [--only ...] [--rounds N]`` (benchmarks/compare.py)
+``python -m benchmarks compare --before PATH [--only ...] [--rounds N] [--direct]`` (benchmarks/compare.py,
+benchmarks/ab.py)
 and ``python -m benchmarks profile [--events N] [--app M:A] [--py-spy]`` (a worker's profile)."""
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--only", default="stateful,listeners", help="comma-separated suites")
     cmp.add_argument("--rounds", type=int, default=1, help="runs per side, alternating")
     cmp.add_argument("--quick", action="store_true")
+    cmp.add_argument("--direct", action="store_true",
+                     help="the two workers head to head on one input, run by run (benchmarks/ab.py)")
     cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.profiling import profile_worker
 
         return profile_worker(args.events, args.guarantee, args.top, app=args.app, spy=args.spy)
+    if args.command == "compare" and args.direct:
+        from benchmarks.ab import direct
+
+        return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds)
     if args.command == "compare":
         from benchmarks.compare import compare
 

@@ -79,15 +79,17 @@ def child_env(settings: Settings) -> dict[str, str]:
 
 def worker_cmd(settings: Settings, worker_id: str, group_id: str, *, guarantee: str,
                concurrency: int = 16, commit_interval: float = 0.25, app: str | None = None,
-               listeners: bool = False, python: list[str] | None = None) -> list[str]:
-    """``python -m services.worker ...`` for one benchmark run (``python`` e.g. adds cProfile)."""
+               listeners: bool = False, python: list[str] | None = None,
+               extra: list[str] | None = None) -> list[str]:
+    """``python -m services.worker ...`` for one benchmark run (``python`` e.g. adds cProfile;
+    ``extra``: more worker arguments)."""
     home = Path(settings.home)
     return [*(python or [sys.executable]), "-m", "services.worker", "--worker-id", worker_id,
             "--group-id", group_id, "--guarantee", guarantee, "--concurrency", str(concurrency),
             "--commit-interval", str(commit_interval), "--state-dir", str(home / "state" / worker_id),
             "--stats-file", str(home / f"{worker_id}.stats.json"),
             "--listeners" if listeners else "--no-listeners",
-            *(["--app", app] if app else [])]
+            *(["--app", app] if app else []), *(extra or [])]
 
 
 @contextlib.contextmanager

@@ -100,15 +100,17 @@ def fixed_probe(settings: Settings, fmt: str, count: int, rate: float, *, tag: s
 def run_worker(bench: Bench, base: Settings, total: int, guarantee: str, *, label: str,
                listeners: list[tuple[str, bytes]] | None = None, concurrency: int = 16,
                app: str | None = None, after: After | None = None,
-               python: list[str] | None = None) -> dict[str, Any]:
-    """One fifolane worker over ``base``'s input (``python``: e.g. a profiler's command)."""
+               python: list[str] | None = None, extra: list[str] | None = None) -> dict[str, Any]:
+    """One fifolane worker over ``base``'s input (``python``: e.g. a profiler's command;
+    ``extra``: more worker arguments)."""
     settings = bench.run_on(base, label)
     if listeners:
         register(settings, listeners)
     wid = f"bench-{uuid.uuid4().hex[:6]}"
     group = f"bench-fifolane-{wid}"
     cmd = worker_cmd(settings, wid, group, guarantee=guarantee, concurrency=concurrency,
-                     commit_interval=COMMIT_INTERVAL, app=app, listeners=bool(listeners), python=python)
+                     commit_interval=COMMIT_INTERVAL, app=app, listeners=bool(listeners), python=python,
+                     extra=extra)
     log = settings.home / f"{wid}.log"
     bench.step(f"{label}: fifolane {guarantee}", total)
     with running(cmd, log, env=child_env(settings)) as proc:
@@ -119,7 +121,9 @@ def run_worker(bench: Bench, base: Settings, total: int, guarantee: str, *, labe
         except (RuntimeError, TimeoutError) as exc:
             raise RuntimeError(f"{exc}\nworker log {log}:\n{log_tail(log)}") from exc
         result: dict[str, Any] = {"throughput": commits.to_dict(), "listeners": len(listeners or ()),
-                                  "state_topic": settings.state_topic}
+                                  "state_topic": settings.state_topic,
+                                  "notifications_topic": settings.listener_output_topic,
+                                  "dlq_topic": settings.dlq_topic}
         outputs: Outputs = {"state": (settings.state_topic, key_ident)}
         if listeners:
             outputs["notifications"] = (settings.listener_output_topic, key_ident)
