@@ -83,9 +83,18 @@ def test_parked_group_survives_kills_and_moves_then_replays_in_order(settings: S
         wait_until(lambda: all(len(done(f"F{g}")) == PER_GROUP for g in range(GROUPS) if g != 3),
                    timeout=120, interval=0.5, message=lambda: workers[0].log_tail())
         workers[1].start()  # and back (restart: the partitions may move again)
-        listed = wait_until(lambda: (r := _cli(settings, tmp_path, "groups", "parked", "--json")).returncode == 0
-                            and [json.loads(line) for line in r.stdout.splitlines()], timeout=60)
-        assert [(p["group"], p["held"]) for p in listed] == [(POISONED, PER_GROUP - 5)]
+        # Every event of the poisoned group is held, once the worker that owns its partition
+        # now has counted them (a listing taken earlier shows a smaller count).
+        last: list[list[dict[str, Any]]] = [[]]
+
+        def parked() -> list[dict[str, Any]]:
+            r = _cli(settings, tmp_path, "groups", "parked", "--json")
+            last[0] = [json.loads(line) for line in r.stdout.splitlines()] if r.returncode == 0 else []
+            return last[0]
+
+        wait_until(lambda: [(p["group"], p["held"]) for p in parked()] == [(POISONED, PER_GROUP - 5)],
+                   timeout=90, interval=1, message=lambda: f"groups parked: {last[0]}")
+        listed = last[0]
         assert "poison" in listed[0]["error"]
         assert done(POISONED) == list(range(5))  # nothing of it applied while parked
         workers[0].kill()  # one more kill while parked
