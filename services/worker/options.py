@@ -46,7 +46,8 @@ class WorkerOptions:
     #: path, the same outcome more slowly; for diagnosis and the tests that compare them)
     fast_path: bool = True
     #: keep the entity directory (services/worker/directory.py) so entities can change
-    #: group across partitions; only a one-partition input topic can do without
+    #: group across partitions; off (``--no-directory``): where entities never change group,
+    #: or the input topic has one partition
     directory: bool = True
 
     def __post_init__(self) -> None:
