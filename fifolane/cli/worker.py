@@ -41,6 +41,19 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
            guarantee: str, commit_interval: float, retries: int, on_failure: str, state_dir: Path | None,
            metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
+    # SIGTERM/SIGINT leave cleanly from the start: a worker stopped while it still imports
+    # and connects (a scale-in right after a scale-out) exits 0 instead of being killed.
+    made: list[Any] = []  # the worker, once made
+    requested: list[int] = []
+
+    def _term(signum: int, _frame: Any) -> None:
+        logging.getLogger(__name__).info("signal %d: finishing the checkpoint and leaving", signum)
+        requested.append(signum)
+        for w in made:
+            w.stop()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
     from fifolane.config import load_settings
     from services.worker.options import WorkerOptions, default_worker_id
     from services.worker.runtime import Worker, load_app
@@ -63,11 +76,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
 
         sink = ListenerRuntime(settings)
     w = Worker(settings, app, opts, sink=sink)
-
-    def _term(signum: int, _frame: Any) -> None:
-        logging.getLogger(__name__).info("signal %d: finishing the checkpoint and leaving", signum)
-        w.stop()
-
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
+    made.append(w)
+    if requested:
+        w.stop()  # run() then closes at once
     w.run()

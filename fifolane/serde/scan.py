@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-__all__ = ["Scanner", "compile_scanner"]
+__all__ = ["Scanner", "compile_scanner", "round_trip_types"]
 
 #: ``(data, offset of the body) -> the wanted values in the order asked, or None``.
 Scanner = Callable[[bytes, int], "list[Any] | None"]
@@ -176,3 +176,29 @@ def _scan(ops: tuple[tuple[int, Any, int], ...], n_wanted: int, data: bytes, pos
         return out
     except (IndexError, UnicodeDecodeError):
         return None
+
+
+#: The Python type a decode gives for each kind, where encoding any value of exactly that
+#: type and decoding it again gives an equal value (float32 does not round-trip: absent).
+_EXACT: dict[int, type] = {_STRING: str, _LONG: int, _ENUM: str, _BYTES: bytes, _DOUBLE: float,
+                           _FIXED: bytes, _BOOLEAN: bool, _NULL: type(None)}
+
+
+def round_trip_types(schema: dict[str, Any]) -> dict[str, frozenset[type]] | None:
+    """For a flat record schema: field name -> the exact Python types of its values for
+    which ``decode(encode(record)) == record`` (given the record encodes at all). A record
+    whose keys are exactly the fields and whose values are of these exact types (``type(v)``,
+    so no bool for an int) decodes to itself; None if the schema is not flat enough."""
+    if schema.get("type") != "record":
+        return None
+    out: dict[str, frozenset[type]] = {}
+    for field in schema.get("fields") or []:
+        kind = _kind(field.get("type"))
+        if kind is None:
+            return None
+        branches = kind[1] if kind[0] == _UNION else (kind,)
+        types = [_EXACT.get(b[0]) for b in branches]
+        if any(t is None for t in types):
+            return None
+        out[field["name"]] = frozenset(t for t in types if t is not None)
+    return out

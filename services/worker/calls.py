@@ -16,6 +16,7 @@ from typing import Any
 from fifolane.errors import AppError
 from services.worker.app import Event, HandlerSpec, Output
 from services.worker.effects import CallState, Effects
+from services.worker.records import RecordCache
 from services.worker.state import PartitionStore
 
 __all__ = ["HandlerCalls", "Result"]
@@ -34,15 +35,21 @@ class HandlerCalls:
         self.codec = codec
         self.catalog = catalog
         self.completions: queue.SimpleQueue[Result] = queue.SimpleQueue()
+        #: decoded records handlers read, by their bytes (services/worker/records.py)
+        self.records = RecordCache(self._decode, catalog)
         self._pool: _HandlerThreads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def decode_value(self, data: bytes) -> dict[str, Any]:
+    def _decode(self, data: bytes) -> dict[str, Any]:
         record: dict[str, Any] = self.codec.decode(data).record
         return record
 
+    def decode_value(self, data: bytes) -> dict[str, Any]:
+        """The record of an entity value (the handler's own copy)."""
+        return self.records.read(data)
+
     def _state(self, event: Event, store: PartitionStore) -> CallState:
-        return CallState(event, store, self.codec, self.catalog, self.decode_value)
+        return CallState(event, store, self.codec, self.catalog, self.records)
 
     def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> Result:
         attempt = 0

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple, Protocol
 from fifolane.errors import AppError
 from services.worker.app import Event, Output
 from services.worker.limits import Limits, record_size
+from services.worker.records import RecordCache
 from services.worker.state import MAX_VERSION, MIN_VERSION, PartitionStore
 
 __all__ = ["CallState", "Effects", "Refusal", "Write", "check_effects"]
@@ -47,15 +48,16 @@ class Effects:
 class CallState:
     """The ``GroupState`` a handler sees: the event's group, reads see its own writes."""
 
-    __slots__ = ("event", "store", "codec", "catalog", "decode", "effects")
+    __slots__ = ("event", "store", "codec", "catalog", "decode", "records", "effects")
 
     def __init__(self, event: Event, store: PartitionStore, codec: _Codec, catalog: _Catalog,
-                 decode: Any) -> None:
+                 records: RecordCache) -> None:
         self.event = event
         self.store = store
         self.codec = codec
         self.catalog = catalog
-        self.decode = decode  # bytes -> record dict
+        self.records = records
+        self.decode = records.read  # bytes -> the handler's own record dict
         self.effects = Effects()
 
     def get(self, type_name: str, key: str) -> dict[str, Any] | None:
@@ -83,9 +85,12 @@ class CallState:
                 f"put({type_name!r}): entity belongs to group {group!r} but the handler runs "
                 f"for group {self.event.group!r}; a handler may only write its own group"
             )
-        w = Write(type_name, str(key), str(group), int(version), self.codec.encode(type_name, value), value)
-        self.effects.writes.pop(w.entity_key, None)  # keep write order = last write
-        self.effects.writes[w.entity_key] = w
+        data = self.codec.encode(type_name, value)
+        self.records.wrote(type_name, data, value)
+        w = Write(type_name, str(key), str(group), int(version), data, value)
+        ekey = w.entity_key
+        self.effects.writes.pop(ekey, None)  # keep write order = last write
+        self.effects.writes[ekey] = w
 
     def delete(self, type_name: str, key: str, version: int) -> None:
         self.catalog.entity(type_name)  # unknown type -> error
@@ -173,9 +178,11 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal
         if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
             return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
                                           "64-bit integer")
-        size = record_size(w.entity_key, w.value)
-        error = limits.too_large(state_topic, size, f"{w.type} {w.key}")
-        if error is not None:
+    room = limits.room(state_topic)
+    for ekey, w in effects.writes.items():
+        if len(ekey) + (len(w.value) if w.value is not None else 0) > room:
+            error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
+            assert error is not None
             return Refusal("handler-error", error)
     for out in effects.outputs:
         error = limits.too_large(out.topic, record_size(out.key, out.value, out.headers), "an output record")

@@ -183,6 +183,8 @@ class Worker:
 
     def run(self) -> None:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
+        if self._stop.is_set():
+            return  # stopped before it started: nothing joined, nothing to leave
         # Objects from start-up (modules, schemas, clients) live as long as the process: keep
         # them out of the collector's scans, and collect young objects less often (the hot
         # path allocates several containers per event, nearly all freed at once).
@@ -290,7 +292,6 @@ class Worker:
             self.sink.close()
         self._write_stats(force=True)
 
-    # ------------------------------------------------------------------ wiring
     # ------------------------------------------------------------------ checkpoints
     def drain(self) -> None:
         """Run until every consumed event is processed, superseded or dead-lettered."""

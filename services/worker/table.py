@@ -44,7 +44,7 @@ _DELETED = 1
 class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
-    __slots__ = ("_claim", "_db_get", "_headers", "_need_old", "_overlay", "_produce", "_sink",
+    __slots__ = ("_claim", "_db_get", "_headers", "_need_old", "_overlay", "_recent", "_produce", "_sink",
                  "_topic", "_unpack", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, produce: Produce, *, state_topic: str, room: int,
@@ -61,6 +61,7 @@ class TableApplier:
         self._claim = claim
         self._headers = state_headers
         self._overlay = store.overlay
+        self._recent = store.recent
         self._db_get = store.db.get
         self._unpack = store.unpack
         # The previous row itself (not only its version) is needed by a change sink and to
@@ -72,7 +73,7 @@ class TableApplier:
         """:data:`STALE` if the entity's applied version is ``version`` or newer; else its
         latest row: None (unknown here), a :class:`Row`, or its packed bytes when nobody
         needs the row itself."""
-        old = self._overlay.get(ekey)
+        old = self._overlay.get(ekey) or self._recent.get(ekey)
         if old is not None:
             return STALE if version <= old.version else old
         data = self._db_get(b"e:" + ekey)
