@@ -45,6 +45,7 @@ from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
+from services.worker.query.service import attach as attach_query
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
 from services.worker.sink import ChangeSink, Context
@@ -118,6 +119,7 @@ class Worker:
                              self._topic_configs.max_bytes)
         self._retention_ms: int | None = None
         self.clients = clients or KafkaClients(settings.kafka_config())
+        self.query = attach_query(self)  # the query endpoint (services/worker/query/)
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -134,7 +136,7 @@ class Worker:
         self._topic_configs.known.update(clients.topic_configs(names))
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
-        staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
+        staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()
         self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
         if self.eos:
             # Fences a previous incarnation with the same id and settles its open transaction.
@@ -147,10 +149,11 @@ class Worker:
                                wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
                                tombstone_retention_ms=self._retention_ms)
         self.stores.marks = parts.changelog_end
+        hooks = self.query.start(parts)
         self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
-                                     directory_stores=self._dir_stores, restore=parts.restore,
-                                     make_table=parts.make_table, make_directory=parts.make_directory,
-                                     sink=self.sink, stats=self.stats, on_release=parts.released)
+                                     directory_stores=self._dir_stores, restore=hooks.restore,
+                                     make_table=hooks.make_table, make_directory=hooks.make_directory,
+                                     sink=self.sink, stats=self.stats, on_release=hooks.released)
         self.processing = Processing(
             app=self.app, codec=self.codec, topics=self.topics, state_topic=s.state_topic,
             dlq_topic=s.dlq_topic, worker_id=o.worker_id, ckpt=self.ckpt, tables=self.assignment.tables,
@@ -285,6 +288,7 @@ class Worker:
             for task in list(self.assignment.restoring.values()):
                 task.cancel()
         self.calls.shutdown()
+        self.query.close()
         self.stores.close_all()
         if self._dir_stores is not None:
             self._dir_stores.close_all()
@@ -328,6 +332,7 @@ class Worker:
             self._write_stats()
             return
         t0 = time.perf_counter()
+        self.query.committing()
         outcome = ckpt.commit()
         if not outcome.committed:
             self._after_abort(outcome)
