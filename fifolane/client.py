@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,16 @@ def _owner(data: Any) -> Owner | None:
 def member_urls(settings: Any, group_id: str | None = None, timeout: float = 10.0) -> list[str]:
     """The query addresses in the members topic of the workers of ``settings.input_topic``
     (of consumer group ``group_id`` if given)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(settings.kafka_config(**{"group.id": "fifolane-client", "enable.auto.commit": False}))
     urls: dict[tuple[str, str], str] = {}
     try:
         tp = TopicPartition(settings.members_topic, 0)
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException:
+            return []  # Kafka not reachable now: no addresses found
         if high <= low:
             return []
         consumer.assign([TopicPartition(settings.members_topic, 0, low)])
@@ -120,14 +123,20 @@ class StateClient:
     """
 
     def __init__(self, urls: list[str], *, token: str | None = None, verify: bool | str = True,
-                 timeout: float = 30.0, monotonic: bool = True) -> None:
+                 timeout: float = 30.0, monotonic: bool = True,
+                 discover: Callable[[], list[str]] | None = None, refresh_every: float = 5.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
         if not urls:
             raise ConfigError("no query endpoint to ask: start the workers with --query-port, or pass a url")
         self._seeds = list(urls)
+        #: finds addresses again when none of the known ones answers (from_settings: the
+        #: members topic), so a client outlives the workers it started with
+        self._discover = discover
+        self._refresh_every = refresh_every
         self.timeout = timeout
         self.monotonic = monotonic
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(headers=headers, verify=verify, timeout=min(timeout, 35.0))
+        self._http = httpx.Client(headers=headers, verify=verify, timeout=min(timeout, 35.0), transport=transport)
         self._lock = threading.Lock()
         self._routing: dict[str, Any] = {}
         self._refreshed = 0.0
@@ -143,7 +152,7 @@ class StateClient:
         if not urls:
             raise ConfigError(f"no worker of input topic {settings.input_topic!r} publishes a query "
                               f"address in {settings.members_topic!r}: start workers with --query-port")
-        return cls(urls, **kw)
+        return cls(urls, discover=lambda: member_urls(settings, group_id), **kw)
 
     def close(self) -> None:
         self._http.close()
@@ -156,9 +165,13 @@ class StateClient:
 
     # -- routing -----------------------------------------------------------------------------
     def routing(self, refresh: bool = False) -> dict[str, Any]:
-        """The group's map as a worker last gave it (``GET /v1/routing``)."""
-        if refresh or not self._routing:
-            self._refresh()
+        """The group's map as a worker last gave it (``GET /v1/routing``), refreshed every
+        ``refresh_every`` seconds (and after moved or unreachable answers)."""
+        if refresh or not self._routing or time.monotonic() - self._refreshed > self._refresh_every:
+            if self._routing:
+                self._routing_stale()  # keep the old map if no worker answers now
+            else:
+                self._refresh()
         return self._routing
 
     def _refresh(self) -> None:
@@ -177,6 +190,19 @@ class StateClient:
                     self._routing = r.json()
                     return
                 last = QueryError(f"{url}: routing answered {r.status_code}", status=str(r.status_code))
+            if self._discover is not None:
+                found = self._discover()
+                if found:
+                    self._seeds = list(dict.fromkeys(found + self._seeds))
+                    for url in found:
+                        try:
+                            r = self._http.get(url + API + "/routing")
+                        except httpx.HTTPError as exc:
+                            last = exc
+                            continue
+                        if r.status_code == 200:
+                            self._routing = r.json()
+                            return
             if not self._routing:
                 raise QueryError(f"no query endpoint answered ({last})", status=UNAVAILABLE)
 
