@@ -18,6 +18,7 @@ never sees an entity go back to an older version, also across owners.
 from __future__ import annotations
 
 import contextlib
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -122,7 +123,7 @@ class StateClient:
     endpoint's bearer token. ``verify``: TLS verification (a CA file, or False).
     """
 
-    def __init__(self, urls: list[str], *, token: str | None = None, verify: bool | str = True,
+    def __init__(self, urls: list[str], *, token: str | None = None, verify: bool | str | ssl.SSLContext = True,
                  timeout: float = 30.0, monotonic: bool = True,
                  discover: Callable[[], list[str]] | None = None, refresh_every: float = 5.0,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -136,6 +137,8 @@ class StateClient:
         self.timeout = timeout
         self.monotonic = monotonic
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if isinstance(verify, str):  # a CA file
+            verify = ssl.create_default_context(cafile=verify)
         self._http = httpx.Client(headers=headers, verify=verify, timeout=min(timeout, 35.0), transport=transport)
         self._lock = threading.Lock()
         self._routing: dict[str, Any] = {}
