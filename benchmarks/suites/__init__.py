@@ -20,6 +20,7 @@ SUITES: dict[str, str] = {
     "slow": "slow",
     "listeners": "listeners",
     "restore": "restore",
+    "query": "query",
     "spark": "spark",
 }
 
