@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import subprocess
 import sys
@@ -278,10 +279,12 @@ def _write_probe(settings: Settings, group: str, writes: list[tuple[int, float]]
 
 def run(bench: Bench) -> None:
     started = time.monotonic()
+    load_before = os.getloadavg()
     metrics, raw = reads_under_load(bench)
     n = bench.size(1_000_000, 50_000)
     runs = [failover(bench, 0, n), failover(bench, 1, n)]
     raw["failover"] = runs
+    raw["load_average"] = {"start": load_before, "end": os.getloadavg()}
     cold, warm = runs[0]["unavailable_s"], runs[1]["unavailable_s"]
     ratio = cold / warm if cold and warm else None
     metrics.append(Metric("query", f"failover, {n:,} entities, 1 standby", warm, "s unavailable",
