@@ -57,7 +57,7 @@ class WorkerOptions:
     query_tls_cert: Path | None = None
     query_tls_key: Path | None = None
     query_token_file: Path | None = None
-    #: warm copies kept of each partition on other workers (services/worker/standby.py)
+    #: warm copies kept of each partition on other workers (services/worker/query/standby.py)
     standby_replicas: int = 0
 
     def __post_init__(self) -> None:

@@ -4,7 +4,6 @@
 - :mod:`.views`: committed snapshots of the owned partitions and their positions;
 - :mod:`.positions`: the state-topic position of each commit;
 - :mod:`.members`: owners (the consumer group) and query addresses (the members topic);
-- :mod:`.answers`, :mod:`.reads`: what a request is answered; :mod:`.server`: HTTP.
-
-Standby replicas are in :mod:`services.worker.standby`.
+- :mod:`.answers`, :mod:`.reads`: what a request is answered; :mod:`.server`: HTTP;
+- :mod:`.standby`: standby replicas (warm copies of other workers' partitions).
 """

@@ -2,7 +2,7 @@
 
 - ``attach(worker)`` (``--query-port`` given) makes the parts: owner views
   (services/worker/query/views.py), their positions (positions.py), the roster
-  (members.py), the standbys (services/worker/standby.py) and the HTTP server (server.py);
+  (members.py), the standbys (standby.py) and the HTTP server (server.py);
   without ``--query-port`` it returns a :class:`NoQuery` with the same wiring doing nothing;
 - the worker adds :meth:`QueryService.staged` to its checkpoint's staged parts, takes its
   partition hooks from :meth:`QueryService.start` (once its clients exist), calls
@@ -133,7 +133,7 @@ class QueryService:
                              standby_replicas=o.standby_replicas)
         self.standbys: Any = None
         if o.standby_replicas > 0:
-            from services.worker.standby import Standbys
+            from services.worker.query.standby import Standbys
 
             self.standbys = Standbys(conf, worker_id=o.worker_id, state_topic=s.state_topic,
                                      state_dir=worker.stores.root.parent, store_name=worker.stores.root.name,
