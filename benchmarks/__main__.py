@@ -1,4 +1,5 @@
-"""``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``
+"""``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``,
+``python -m benchmarks compare --before PATH [--only ...] [--rounds N]`` (benchmarks/compare.py)
 and ``python -m benchmarks profile [--events N] [--app M:A] [--py-spy]`` (a worker's profile)."""
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--quick", action="store_true", help="small sizes (a smoke run of a few minutes)")
     run.add_argument("--only", default="", help=f"comma-separated suites: {','.join(SUITES)}")
     run.add_argument("--results-dir", default=str(RESULTS_DIR), help="where results are written")
+    cmp = sub.add_parser("compare", help="the suites with another checkout's workers, then this one's")
+    cmp.add_argument("--before", required=True, help="the other checkout (e.g. a git worktree of an older commit)")
+    cmp.add_argument("--only", default="stateful,listeners", help="comma-separated suites")
+    cmp.add_argument("--rounds", type=int, default=1, help="runs per side, alternating")
+    cmp.add_argument("--quick", action="store_true")
+    cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
     prof.add_argument("--guarantee", default="exactly-once", choices=["exactly-once", "at-least-once"])
@@ -70,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.profiling import profile_worker
 
         return profile_worker(args.events, args.guarantee, args.top, app=args.app, spy=args.spy)
+    if args.command == "compare":
+        from benchmarks.compare import compare
+
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        return compare(Path(args.before), names, Path(args.results_dir), args.quick, args.rounds)
     return _run(args)
 
 

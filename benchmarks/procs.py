@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fifolane.config import PROJECT_ROOT, Settings
 
-__all__ = ["CONSUMER_PINNED", "Commits", "child_env", "pinned_args", "running", "watch_committed",
+__all__ = ["CONSUMER_PINNED", "WORKER_CODE_ENV", "Commits", "child_env", "pinned_args", "running", "watch_committed",
            "worker_cmd"]
 
 #: librdkafka consumer settings pinned for every librdkafka-based system (the plain loops,
@@ -45,8 +45,17 @@ def pinned_args() -> list[str]:
     return [arg for k, v in CONSUMER_PINNED.items() for arg in ("--consumer-config", f"{k}={v}")]
 
 
+#: Another checkout whose fifolane workers run instead of this one's (``benchmarks compare``).
+WORKER_CODE_ENV = "FIFOLANE_BENCH_WORKER_CODE"
+
+
 def child_env(settings: Settings) -> dict[str, str]:
-    """The environment of a fifolane child: the settings as FIFOLANE_* and nothing else of ours."""
+    """The environment of a fifolane child: the settings as FIFOLANE_* and nothing else of ours.
+    With ``FIFOLANE_BENCH_WORKER_CODE`` set, the child runs that checkout's code (its
+    consumer then gets :data:`CONSUMER_PINNED` through FIFOLANE_LIBRDKAFKA, as older workers
+    did not set it themselves)."""
+    code = os.environ.get(WORKER_CODE_ENV)
+    librdkafka = {**settings.librdkafka, **(CONSUMER_PINNED if code else {})}
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIFOLANE_")}
     env.update({
         "FIFOLANE_BOOTSTRAP_SERVERS": settings.resolved_bootstrap(),
@@ -59,9 +68,12 @@ def child_env(settings: Settings) -> dict[str, str]:
         "FIFOLANE_LOG_LEVEL": "INFO",
         # The worker's consumer has CONSUMER_PINNED in its own configuration
         # (services.worker.clients.consumer_config).
-        "FIFOLANE_LIBRDKAFKA": json.dumps(settings.librdkafka),
-        "PYTHONPATH": str(PROJECT_ROOT),
+        "FIFOLANE_LIBRDKAFKA": json.dumps(librdkafka),
+        "PYTHONPATH": code or str(PROJECT_ROOT),
     })
+    if code:  # an older checkout refuses settings it does not know (topic roles added since)
+        known = (Path(code) / "fifolane" / "config.py").read_text()
+        env = {k: v for k, v in env.items() if not k.startswith("FIFOLANE_") or k[9:].lower() in known}
     return env
 
 
@@ -84,7 +96,10 @@ def running(cmd: list[str], log_file: Path, env: dict[str, str] | None = None,
     """Run ``cmd`` (output to ``log_file``); SIGTERM at the end, SIGKILL if it lingers."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, env=env)
+        # A child of another checkout (child_env) runs from there: ``-m`` puts the cwd first.
+        code = (env or {}).get("PYTHONPATH", "")
+        cwd = code if os.path.isdir(code) else PROJECT_ROOT
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
         try:
             yield proc
         finally:

@@ -97,7 +97,9 @@ class ListenerSpec:
 
     ``lease`` accepts a ``timedelta`` or text such as ``"30s"``; without one the listener lives
     until removed. ``output_topic`` None means the configured default
-    (:meth:`topic`). ``type`` restricts the listener to one entity type.
+    (:meth:`topic`). ``type`` restricts the listener to one entity type. ``principal`` is
+    the Kafka principal that registered it (``User:<name>``; set by
+    :func:`listeners.registry.register`, None without SASL): shown, not a permission.
     """
 
     name: str
@@ -110,6 +112,7 @@ class ListenerSpec:
     lease: timedelta | None = None
     created_at: datetime = field(default_factory=_now)
     renewed_at: datetime | None = None
+    principal: str | None = None
 
     def __post_init__(self) -> None:
         # Normalise in place (frozen: via object.__setattr__) so equal specs compare equal.
@@ -128,12 +131,14 @@ class ListenerSpec:
         set_(self, "created_at", _time(self.created_at, "created_at"))
         if self.renewed_at is not None:
             set_(self, "renewed_at", _time(self.renewed_at, "renewed_at"))
-        for attr in ("output_topic", "type", "convert"):
+        for attr in ("output_topic", "type", "convert", "principal"):
             v = getattr(self, attr)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise ListenerError(
                     f"invalid {attr} {_show(v)}: give a non-empty string or leave it out"
                 )
+        if self.principal is not None and len(self.principal) > 256:
+            raise ListenerError(f"invalid principal {_show(self.principal)}: at most 256 characters")
         if self.output_topic is not None and not _TOPIC.fullmatch(self.output_topic):
             raise ListenerError(
                 f"invalid output_topic {_show(self.output_topic)}: a Kafka topic name has 1-249 "
@@ -185,6 +190,7 @@ class ListenerSpec:
             "created_at": self.created_at.isoformat(),
             "renewed_at": self.renewed_at.isoformat() if self.renewed_at else None,
             "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "principal": self.principal,
         }
 
     def to_json(self) -> bytes:

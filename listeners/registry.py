@@ -22,19 +22,23 @@ topic with :class:`listeners.follower.RegistryFollower`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from fifolane.access import KafkaAccess, principal_of
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
 from fifolane.produce import DEFAULT_DELIVERY_TIMEOUT_S
 from fifolane.topics import create_topic
 from listeners.follower import registry_consumer
 from listeners.model import ListenerSpec
+from listeners.outputs import check_output_topic, check_registry_access
 from listeners.registry_records import (
     ListenerStatus,
     Progress,
@@ -81,19 +85,22 @@ def same_definition(a: ListenerSpec, b: ListenerSpec) -> bool:
 
 # -- topics --------------------------------------------------------------------------------
 def ensure_registry_topic(settings: Settings) -> None:
-    """Create the registry topic (compacted, 1 partition) if it is missing."""
-    create_topic(settings, settings.registry_topic, 1, {"cleanup.policy": "compact"})
+    """Create the registry topic (compacted, 1 partition) if it is missing.
+
+    Asked first, so that principals without CREATE (workers, listener admins on a secured
+    cluster: docs/security.md) pass when it exists: Kafka refuses a create without CREATE
+    even for a topic that is there.
+    """
+    if _partitions_of(settings, settings.registry_topic) is None:
+        create_topic(settings, settings.registry_topic, 1, {"cleanup.policy": "compact"})
 
 
 def _partitions_of(settings: Settings, topic: str, timeout: float = 10.0) -> int | None:
-    c = Consumer(settings.kafka_config(**{"group.id": f"fifolane-meta-{uuid.uuid4().hex}"}))
-    try:
-        md = c.list_topics(topic, timeout=timeout).topics.get(topic)
-        if md is None or md.error is not None:
-            return None
-        return len(md.partitions)
-    finally:
-        c.close()
+    """The partition count of ``topic``; None if it is missing or not visible to us."""
+    md = AdminClient(settings.kafka_config()).list_topics(topic, timeout=timeout).topics.get(topic)
+    if md is None or md.error is not None:
+        return None
+    return len(md.partitions)
 
 
 def ensure_output_topic(settings: Settings, topic: str) -> int:
@@ -112,15 +119,20 @@ def ensure_output_topic(settings: Settings, topic: str) -> int:
 
 def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
     """Read the whole registry (committed records) and fold it."""
+    KafkaAccess(settings.kafka_config()).login()  # a wrong password: said at once, not a time-out
     state = RegistryState()
     topic = settings.registry_topic
     consumer = registry_consumer(settings)
     try:
         md = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        if md is not None and md.error is not None and md.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            who = principal_of(settings.kafka_config()) or "this client"
+            raise ListenerError(f"{who} may not read listener registrations: it lacks READ on the registry "
+                                f"topic {topic!r} (docs/security.md)")
         if md is None or md.error is not None:
             return state
         tp = TopicPartition(topic, 0)
-        _lo, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        high = _log_end(settings, tp, timeout)
         if high <= 0:
             return state
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -144,6 +156,19 @@ def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
                 return state
     finally:
         consumer.close()
+
+
+def _log_end(settings: Settings, tp: TopicPartition, timeout: float) -> int:
+    """The partition's log end. Not a read_committed consumer's end: that is the last stable
+    offset, which stops before a worker's open transaction (snapshot progress, status
+    records) and so misses every registration written after it; reading on until the log
+    end waits for such a transaction to be decided (a checkpoint, at most its time-out)."""
+    probe = Consumer(settings.kafka_config(**{"group.id": f"fifolane-registry-{uuid.uuid4().hex}",
+                                              "isolation.level": "read_uncommitted"}))
+    try:
+        return int(probe.get_watermark_offsets(tp, timeout=timeout)[1])
+    finally:
+        probe.close()
 
 
 def list_listeners(settings: Settings) -> list[ListenerSpec]:
@@ -189,15 +214,21 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
 
 
 def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> ListenerSpec:
-    """Register ``spec``; return what is registered.
+    """Register ``spec``; return what is registered (with the registering ``principal``).
 
     Registering the same definition again is a no-op (returns the existing registration). A
     different definition under an existing name is refused unless ``replace``; a replaced
     listener is a new instance (a new include-current-state snapshot, sequence numbers go on).
-    The output topic is created if missing.
+    The output topic is checked (:func:`listeners.outputs.check_output_topic`: not a role
+    topic, not used for something else, writable by the registering principal) and created
+    if missing. A wrong password or a missing permission is a clear error, raised before
+    anything is written (``ConfigError``, ``ListenerError``).
     """
+    access = KafkaAccess(settings.kafka_config())
+    check_registry_access(settings, access)
     ensure_registry_topic(settings)
-    existing = read_registry(settings).listeners.get(spec.name)
+    state = read_registry(settings)
+    existing = state.listeners.get(spec.name)
     if existing is not None and same_definition(existing, spec):
         return existing
     if existing is not None and not replace:
@@ -205,7 +236,10 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> L
             f"listener {spec.name!r} already exists with another definition "
             f"(filter {existing.filter!r}); use --replace (replace=True) to change it"
         )
-    ensure_output_topic(settings, spec.topic(settings))
+    topic = spec.topic(settings)
+    check_output_topic(settings, access, topic, {s.topic(settings) for s in state.listeners.values()})
+    ensure_output_topic(settings, topic)
+    spec = dataclasses.replace(spec, principal=access.principal)
     _write(settings, spec.name, spec.to_json())
     return spec
 
@@ -219,6 +253,7 @@ def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec:
 
 def remove(settings: Settings, name: str) -> bool:
     """Remove a listener (tombstone); False if it was not registered."""
+    check_registry_access(settings, KafkaAccess(settings.kafka_config()))
     state = read_registry(settings)
     if name not in state.listeners and name not in state.invalid:
         return False

@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any
 
 from fifolane.config import Settings
-from fifolane.errors import ExpressionError, ListenerError
+from fifolane.errors import FifolaneError, ListenerError
 from listeners.follower import RegistryFollower, RegistryRecord
 from listeners.hints import Hints
 from listeners.journal import SeqJournal
@@ -44,6 +44,7 @@ from listeners.matcher import BUDGET_S, Change, ListenerSet, ListenerStats
 from listeners.model import ListenerSpec
 from listeners.notifier import Active, Notifier
 from listeners.notify import change_parts, encode_value
+from listeners.outputs import role_topic_problem
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
 from listeners.registry_view import Housekeeper, RegistryView
 from listeners.snapshots import Snapshots
@@ -307,15 +308,17 @@ class ListenerRuntime:
 
     def _activate(self, spec: ListenerSpec) -> None:
         assert self._ctx is not None
-        try:
+        topic = spec.topic(self.settings)
+        try:  # a role topic as output is refused here too, not only at registration
+            if (problem := role_topic_problem(self.settings, topic)) is not None:
+                raise ListenerError(problem)
+            parts = self._partitions.get(topic)
+            if parts is None:  # one metadata round trip per output topic, not per listener
+                parts = self._partitions[topic] = self.topic_partitions(topic)
             self.listeners.add(spec)
-        except (ListenerError, ExpressionError) as exc:  # from_json validated; be safe
+        except FifolaneError as exc:  # invalid (from_json validated; be safe), or a missing topic
             log.warning("listener %r not activated: %s", spec.name, exc)
             return
-        topic = spec.topic(self.settings)
-        parts = self._partitions.get(topic)
-        if parts is None:  # one metadata round trip per output topic, not per listener
-            parts = self._partitions[topic] = self.topic_partitions(topic)
         self._active[spec.name] = Active.of(spec, topic, parts, self._ctx.room(topic))
         self._retype(spec, +1)
         for p in self._owned - self._waiting:

@@ -45,21 +45,34 @@ _JAAS_MODULES = {
 }
 
 
+def _jaas_quote(value: Any) -> str:
+    """A JAAS option value in double quotes (backslash and quote escaped)."""
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def kafka_options(settings: Settings) -> dict[str, str]:
     """Spark Kafka source options (``kafka.*``) from the settings' librdkafka config.
 
-    librdkafka-only keys (``ssl.ca.location``, extras) have no Java equivalent: they are
+    Security flows through: ``security.protocol`` and ``sasl.mechanism`` as they are, the SASL
+    user and password as a JAAS login (PLAIN or SCRAM), and ``ssl.ca.location`` (a PEM file)
+    as a PEM truststore, so Spark reads over TLS and SASL with the same settings as the
+    other clients (docs/security.md). Consumer groups start with ``fifolane-views`` (what the
+    spark role's ACLs allow). Other librdkafka-only keys have no Java equivalent: they are
     left out with a log line; pass Java client options through Spark conf if needed.
     """
     conf: dict[str, Any] = settings.kafka_config()
     options = {f"kafka.{k}": str(conf[k]) for k in _SAME_IN_JAVA if k in conf}
+    options["groupIdPrefix"] = "fifolane-views"
     username, password = conf.get("sasl.username"), conf.get("sasl.password")
     if username is not None and password is not None:
         module = _JAAS_MODULES.get(str(conf.get("sasl.mechanism", "PLAIN")).upper(), _JAAS_MODULES["PLAIN"])
         options["kafka.sasl.jaas.config"] = (
-            f'{module} required username="{username}" password="{password}";'
+            f"{module} required username={_jaas_quote(username)} password={_jaas_quote(password)};"
         )
-    ignored = sorted(set(conf) - set(_SAME_IN_JAVA) - {"sasl.username", "sasl.password"})
+    if conf.get("ssl.ca.location"):
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = str(conf["ssl.ca.location"])
+    ignored = sorted(set(conf) - set(_SAME_IN_JAVA) - {"sasl.username", "sasl.password", "ssl.ca.location"})
     if ignored:
         log.info("not passed to Spark's Kafka source (librdkafka-only): %s", ", ".join(ignored))
     return options

@@ -96,10 +96,41 @@ def consume_all(
 ) -> list[Message]:
     """Every record of ``topic`` from the beginning to its end offsets (as of the call).
 
-    :func:`fifolane.readers.read_to_end`, waiting for transactions open at the call to be
-    decided (tests read right after workers commit).
+    :func:`fifolane.readers.read_to_end`, after waiting (within ``timeout``) for transactions
+    open at the call to be decided (tests read right after workers commit). The wait is made
+    here: ``read_to_end`` takes its ends from a read_committed consumer, which is told the
+    last stable offset, so it stops before a transaction whose commit markers are still
+    being written and misses its records (seen as lost outputs under load).
     """
+    if isolation == "read_committed":
+        _wait_decided(source, topic, timeout)
     return read_to_end(source, topic, isolation=isolation, timeout=timeout, wait_open_transactions=True)
+
+
+def _wait_decided(source: Settings | dict[str, Any], topic: str, timeout: float) -> None:
+    """Wait until each partition's last stable offset reaches its log end as of now."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    base = source.kafka_config() if isinstance(source, Settings) else dict(source)
+    made = {iso: Consumer({**base, "group.id": f"test-ends-{uuid.uuid4().hex[:8]}", "isolation.level": iso})
+            for iso in ("read_uncommitted", "read_committed")}
+    try:
+        meta = made["read_committed"].list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return  # read_to_end reports a missing topic
+        tps = [TopicPartition(topic, p) for p in meta.partitions]
+        ends = {tp.partition: made["read_uncommitted"].get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+        deadline = time.monotonic() + timeout
+        while True:
+            stable = {tp.partition: made["read_committed"].get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+            if all(stable[p] >= end for p, end in ends.items()) or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)  # polling the broker under a deadline
+    except KafkaException as exc:  # read_to_end raises what matters
+        print(f"waiting for open transactions of {topic}: {exc}")
+    finally:
+        for consumer in made.values():
+            consumer.close()
 
 
 # --- where the session's Kafka comes from ------------------------------------------------

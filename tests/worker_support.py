@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -147,12 +149,15 @@ class WorkerProcess:
     """A worker in its own process (``python -m services.worker``), for kill tests."""
 
     def __init__(self, settings: Settings, worker_id: str, tmp: Path, app: str | None = None,
-                 extra: list[str] | None = None) -> None:
+                 extra: list[str] | None = None, *, static: bool = True) -> None:
+        """``static=False``: no ``--worker-id`` (as a user who gives none: dynamic group
+        membership, the id is host-pid); ``worker_id`` then only names the files."""
         self.settings = settings
         self.worker_id = worker_id
+        self.static = static
         self.stats_file = tmp / f"{worker_id}.stats.json"
         self.log_file = tmp / f"{worker_id}.log"
-        self.args = [sys.executable, "-m", "services.worker", "--worker-id", worker_id,
+        self.args = [sys.executable, "-m", "services.worker", *(["--worker-id", worker_id] if static else []),
                      "--state-dir", str(tmp / "state" / worker_id), "--stats-file", str(self.stats_file),
                      *(["--app", app] if app else []), *(extra or [])]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -181,6 +186,23 @@ class WorkerProcess:
         self.proc = subprocess.Popen(self.args, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
                                      cwd=PROJECT_ROOT, preexec_fn=_die_with_parent)
         return self
+
+    @property
+    def effective_id(self) -> str:
+        """The id the worker runs with (its transactional id is ``<group>-<this>``)."""
+        if self.static:
+            return self.worker_id
+        assert self.proc is not None
+        return f"{socket.gethostname()}-{self.proc.pid}"
+
+    def pause(self) -> None:
+        """SIGSTOP: the process stays, frozen (a long GC pause, a stalled VM)."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
 
     def snapshot(self) -> dict[str, Any]:
         try:

@@ -18,6 +18,7 @@ SUITES: dict[str, str] = {
     "latency": "latency",
     "app": "app",
     "slow": "slow",
+    "stages": "stages",
     "listeners": "listeners",
     "restore": "restore",
     "query": "query",

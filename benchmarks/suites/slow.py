@@ -16,14 +16,11 @@ import time
 import uuid
 from typing import Any
 
-from confluent_kafka import ConsumerGroupState, KafkaException
-from confluent_kafka.admin import AdminClient
-
-from benchmarks.events import events, produce_raw, sleep_for
+from benchmarks.events import events, sleep_for
 from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
 from benchmarks.plots import slow_plot
-from benchmarks.procs import child_env, log_tail, running, watch_committed, worker_cmd
-from fifolane.config import Settings
+from benchmarks.procs import child_env, worker_cmd
+from benchmarks.warm import timed_burst
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.topics import create_topic
 
@@ -32,47 +29,6 @@ __all__ = ["PC_README", "run"]
 #: The Parallel Consumer README's table (10,000 events, 0-5 ms handlers, 1 partition).
 PC_README = {"PARTITION (serial)": 22.2, "KEY, 1k keys": 2.06}
 CONCURRENCY = (1, 16, 100)
-
-
-def _wait_joined(bootstrap: str, group: str, alive: Any, timeout: float = 60.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive():
-            raise RuntimeError(f"{group}: process exited before joining")
-        try:
-            desc = admin.describe_consumer_groups([group])[group].result(10)
-        except KafkaException:  # coordinator not there yet (fresh broker): ask again
-            time.sleep(0.2)
-            continue
-        if desc.state == ConsumerGroupState.STABLE and any(
-                m.assignment.topic_partitions for m in desc.members):
-            time.sleep(0.5)  # let the on-assign work (restore of an empty store) finish
-            return
-        time.sleep(0.1)  # poll interval under a deadline
-    raise TimeoutError(f"{group} did not join within {timeout:.0f}s")
-
-
-def _burst(settings: Settings, values: list[tuple[bytes, bytes]]) -> None:
-    produce_raw(settings, settings.input_topic, ((k, v, None) for k, v in values))
-
-
-def _timed(bench: Bench, settings: Settings, cmd: list[str], group: str, values: list[tuple[bytes, bytes]],
-           env: dict[str, str] | None, label: str) -> dict[str, Any]:
-    log = settings.home / f"{group}.log"
-    bench.step(f"slow: {label}", len(values))
-    with running(cmd, log, env=env) as proc:
-        alive = lambda: proc.poll() is None  # noqa: E731
-        try:
-            _wait_joined(bench.bootstrap, group, alive)
-            t0 = time.monotonic()
-            _burst(settings, values)
-            commits = watch_committed(bench.bootstrap, group, settings.input_topic, 1, len(values),
-                                      timeout=60 + len(values) * 0.01, alive=alive,
-                                      on_progress=bench.advance)
-        except (RuntimeError, TimeoutError) as exc:
-            raise RuntimeError(f"{exc}\nlog {log}:\n{log_tail(log)}") from exc
-    return {"seconds": commits.end - t0, "events": len(values)}
 
 
 def run(bench: Bench) -> None:
@@ -97,7 +53,7 @@ def run(bench: Bench) -> None:
     cmd = [sys.executable, "-m", "benchmarks.passthrough", "serial", "--bootstrap", bench.bootstrap,
            "--input", s.input_topic, "--output", out, "--group", group,
            "--commit-interval", str(COMMIT_INTERVAL)]
-    raw["serial"] = _timed(bench, s, cmd, group, values, None, "partition-serial loop")
+    raw["serial"] = timed_burst(bench, s, cmd, group, values, None, "partition-serial loop", "slow")
 
     for c in CONCURRENCY:
         s = bench.topic_set(f"slow-c{c}", 1)
@@ -106,8 +62,8 @@ def run(bench: Bench) -> None:
         cmd = worker_cmd(s, wid, group, guarantee="exactly-once", concurrency=c,
                          commit_interval=COMMIT_INTERVAL, app="benchmarks.slow_app:app")
         try:
-            raw[f"fifolane_c{c}"] = _timed(bench, s, cmd, group, values, child_env(s),
-                                           f"fifolane concurrency {c}")
+            raw[f"fifolane_c{c}"] = timed_burst(bench, s, cmd, group, values, child_env(s),
+                                                f"fifolane concurrency {c}", "slow")
         except RuntimeError as exc:  # record it and go on with the other concurrencies
             raw[f"fifolane_c{c}"] = {"error": str(exc)[-3000:]}
             notes.append(f"concurrency {c}: failed: {str(exc).splitlines()[0]}")
@@ -118,12 +74,12 @@ def run(bench: Bench) -> None:
         t = raw[f"fifolane_c{c}"].get("seconds")
         if t is None:
             metrics.append(Metric("slow", f"fifolane concurrency {c} speed-up", None, "x serial",
-                                  "partition-serial loop", 1.0, ">= 15x" if c == 100 else "",
+                                  "partition-serial loop", 1.0, ">= 40x" if c == 100 else "",
                                   False if c == 100 else None, note="failed, see notes"))
             continue
-        target = ">= 15x" if c == 100 else ""
+        target = ">= 40x" if c == 100 else ""
         metrics.append(Metric("slow", f"fifolane concurrency {c} speed-up", serial / t, "x serial",
-                              "partition-serial loop", 1.0, target, serial / t >= 15 if c == 100 else None,
+                              "partition-serial loop", 1.0, target, serial / t >= 40 if c == 100 else None,
                               note=f"{t:.2f} s vs serial {serial:.2f} s"))
     done = {c: raw[f"fifolane_c{c}"]["seconds"] for c in CONCURRENCY if "seconds" in raw[f"fifolane_c{c}"]}
     if done:

@@ -18,6 +18,7 @@ __all__ = ["main", "cli"]
 # name -> "module:attribute" of a click command or group
 _COMMANDS: dict[str, str] = {
     "kafka": "fifolane.cli.kafka:kafka",
+    "acls": "fifolane.cli.acls:acls",
     "topics": "fifolane.cli.topics:topics",
     "produce": "fifolane.cli.produce:produce",
     "worker": "fifolane.cli.worker:worker",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 from rich.console import Console
@@ -19,8 +20,21 @@ __all__ = ["kafka"]
 _PREFERRED_PORT = 9092
 
 
-def _cluster(brokers: int = 1) -> LocalCluster:
-    return LocalCluster(load_settings().home, brokers, preferred_port=_PREFERRED_PORT)
+def _cluster(brokers: int = 1, secure: bool = False) -> LocalCluster:
+    return LocalCluster(load_settings().home, brokers, preferred_port=_PREFERRED_PORT, secure=secure)
+
+
+def _print_secure_settings(cluster: LocalCluster, bootstrap: str, console: Console) -> None:
+    """The admin's client settings (stdout, for `eval`/copying) and where every user's are."""
+    files = cluster.secure_files
+    made = files.write_client_files(bootstrap)
+    console.print(f"TLS + SASL/SCRAM-SHA-512 + ACLs; CA {files.ca_pem}; client settings per user "
+                  f"(FIFOLANE_CONFIG=<file>): {', '.join(str(p) for p in made.values())}")
+    console.print("the admin (a super user) sets up topics, users and ACLs; e.g. "
+                  "`fifolane topics create`, then `fifolane acls apply --role worker --principal User:worker` "
+                  "(docs/security.md). Client settings of admin:")
+    for key, value in files.client_settings("admin", bootstrap).items():
+        click.echo(f"export FIFOLANE_{key.upper()}={value}")
 
 
 def _fetch_with_progress(cluster: LocalCluster, console: Console) -> None:
@@ -42,19 +56,26 @@ def kafka() -> None:
               help="3 = replication factor 3, min ISR 2.")
 @click.option("--timeout", type=float, default=90.0, show_default=True, help="Seconds to wait for the cluster.")
 @click.option("--fresh", is_flag=True, help="Wipe earlier broker data first.")
-def up(brokers: str, timeout: float, fresh: bool) -> None:
+@click.option("--secure", is_flag=True,
+              help="TLS, SASL/SCRAM-SHA-512 users and ACLs (StandardAuthorizer); prints the client settings.")
+def up(brokers: str, timeout: float, fresh: bool, secure: bool) -> None:
     """Start the cluster (idempotent) and print its bootstrap servers."""
     console = Console(stderr=True)
-    cluster = _cluster(int(brokers))
+    cluster = _cluster(int(brokers), secure)
     _fetch_with_progress(cluster, console)
     started = time.monotonic()
-    with console.status(f"starting {brokers} Kafka node(s) ..."):
+    what = "certificates, users and " if secure and not cluster.secure_files.complete() else ""
+    with console.status(f"starting {what}{brokers} Kafka node(s) ..."):
         status = cluster.up(timeout=timeout, fresh=fresh)
     if status.already_running:
         console.print(f"already running ({len(status.brokers)} node(s))")
     else:
         console.print(f"started {len(status.brokers)} node(s) in {time.monotonic() - started:.1f}s; "
                       f"logs: {cluster.dir}/node-*/server.log")
+    assert status.bootstrap_servers is not None
+    if secure:
+        _print_secure_settings(cluster, status.bootstrap_servers, console)
+        return
     click.echo(status.bootstrap_servers)
 
 
@@ -83,6 +104,24 @@ def down(timeout: float) -> None:
     """Stop the nodes `up` started (SIGTERM, then SIGKILL after --timeout)."""
     stopped = _cluster().down(timeout=timeout)
     click.echo(f"stopped {len(stopped)} node(s)" if stopped else "not running")
+
+
+@kafka.command("secure-files")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Folder to write (made once, reused).")
+@click.option("--host", "hosts", multiple=True, required=True,
+              help="Host name the brokers are reached by (in the certificate); the first is the node's.")
+@click.option("--bootstrap", default=None, help="Bootstrap servers written into the client settings.")
+def secure_files(out: Path, hosts: tuple[str, ...], bootstrap: str | None) -> None:
+    """Certificates, SCRAM users and the broker configuration of docker-compose's `secure` profile."""
+    from fifolane.cluster.secure import compose_node_properties, ensure_secure_files
+
+    files, made = ensure_secure_files(out, hosts=(*hosts, "localhost", "127.0.0.1"))
+    (out / "server.properties").write_text(compose_node_properties(files, hosts[0]))
+    (out / "format-args").write_text(" ".join(files.format_args()) + "\n")
+    for path in (out / "server.properties", out / "format-args"):
+        path.chmod(0o600)
+    clients = files.write_client_files(bootstrap)
+    click.echo(f"{'made' if made else 'kept'} {out}: CA {files.ca_pem}; users {', '.join(sorted(clients))}")
 
 
 @kafka.command()

@@ -74,8 +74,9 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
         done = register(_settings(), spec, replace=replace)
     except ListenerError as exc:
         _fail(f"error: {exc}")
-    state = "registered" if done is spec else "already registered (same definition)"
-    click.echo(f"listener {name!r} {state}; output topic {done.topic(_settings())}")
+    state = "registered" if done.created_at == spec.created_at else "already registered (same definition)"
+    by = f" by {done.principal}" if done.principal else ""
+    click.echo(f"listener {name!r} {state}{by}; output topic {done.topic(_settings())}")
 
 
 def _state(spec: Any, suspensions: list[Any], now: datetime) -> str:
@@ -185,10 +186,21 @@ def remove_(name: str) -> None:
 @click.option("--timeout", type=float, default=None, help="Stop after this many idle seconds.")
 def listen(name: str, from_beginning: bool, max_: int | None, timeout: float | None) -> None:
     """Print listener NAME's notifications as JSON lines (duplicates dropped, lease renewed)."""
+    from fifolane.access import KafkaAccess
     from listeners.client import ListenerClient
+    from listeners.registry import get_listener
 
+    settings = _settings()
     try:
-        client = ListenerClient(_settings(), name, from_beginning=from_beginning, timeout=timeout)
+        spec = get_listener(settings, name)
+        access = KafkaAccess(settings.kafka_config())
+        topic = spec.topic(settings)
+        if not access.topics([topic])[topic].allows("READ"):  # else: "does not exist", retried
+            who = access.principal or "this client"
+            _fail(f"error: {who} may not read listener {name!r}: it lacks READ on its output topic "
+                  f"{topic!r}; an administrator can grant it with `fifolane acls apply --role "
+                  f"listener-reader --principal {who} --listener {name} --output {topic}`")
+        client = ListenerClient(settings, name, from_beginning=from_beginning, timeout=timeout, spec=spec)
     except ListenerError as exc:
         _fail(f"error: {exc}")
     n = 0

@@ -34,6 +34,7 @@ from confluent_kafka.admin import AdminClient
 from fifolane.cluster.jars import ensure_jars, file_lock
 from fifolane.cluster.ports import free_port, pick_ports, port_free
 from fifolane.cluster.properties import NodePorts, log4j2_properties, server_properties
+from fifolane.cluster.secure import ADMIN_USER, SecureFiles, ensure_secure_files
 from fifolane.errors import ClusterError
 
 __all__ = ["BrokerStatus", "ClusterStatus", "LocalCluster", "free_port"]
@@ -99,6 +100,7 @@ class LocalCluster:
         libs: Path | None = None,
         preferred_port: int | None = None,
         heap_mb: int | None = None,
+        secure: bool = False,
     ) -> None:
         if brokers < 1:
             raise ClusterError(f"brokers must be >= 1, got {brokers}")
@@ -113,6 +115,9 @@ class LocalCluster:
         # Popen handles of the nodes this object started, so dead children are reaped
         # (a zombie would otherwise look alive to kill(pid, 0)).
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        # TLS + SASL/SCRAM + ACLs (fifolane.cluster.secure); its files live in <dir>/secure.
+        self.secure = secure
+        self.secure_files = SecureFiles(self.dir / "secure")
 
     # --- paths ----------------------------------------------------------------------------
     def node_dir(self, i: int) -> Path:
@@ -167,6 +172,11 @@ class LocalCluster:
         with file_lock(self.dir / ".up.lock"):
             current = self.status()
             if current.bootstrap_servers is not None:
+                if bool((self._read_state() or {}).get("secure")) != self.secure and current.running:
+                    raise ClusterError(
+                        f"a local Kafka {'with' if not self.secure else 'without'} --secure is running "
+                        f"under {self.dir}; run `fifolane kafka down` first"
+                    )
                 if current.running and len(current.brokers) == self.brokers:
                     return ClusterStatus(
                         running=True,
@@ -224,6 +234,21 @@ class LocalCluster:
         state["pids"][i] = None
         self._save(state)
 
+    def pause_broker(self, i: int) -> None:
+        """Freeze node ``i`` (SIGSTOP): it keeps its sockets and state but answers nothing,
+        as a broker in a long GC pause or on a stalled VM. :meth:`resume_broker` thaws it."""
+        self._signal_live(i, signal.SIGSTOP)
+
+    def resume_broker(self, i: int) -> None:
+        """Thaw node ``i`` after :meth:`pause_broker` (SIGCONT)."""
+        self._signal_live(i, signal.SIGCONT)
+
+    def _signal_live(self, i: int, sig: signal.Signals) -> None:
+        pid = self._require_state()["pids"][i]
+        if pid is None or not self._alive(i, pid):
+            raise ClusterError(f"broker {i} is not running")
+        _signal(pid, sig)
+
     def start_broker(self, i: int, timeout: float = 60.0) -> None:
         """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests."""
         state = self._require_state()
@@ -245,10 +270,13 @@ class LocalCluster:
     def _prepare(self, fresh: bool) -> tuple[list[NodePorts], str]:
         """Choose ports and a cluster id; keep earlier data only if its layout still fits."""
         layout = self._read_json(self._layout_file)
+        new_users = self.secure and ensure_secure_files(self.secure_files.dir)[1]
         keep = (
             not fresh
+            and not new_users  # SCRAM users are added when the storage is formatted
             and layout is not None
             and layout.get("brokers") == self.brokers
+            and layout.get("secure", False) == self.secure
             and all(port_free("127.0.0.1", p) for n in layout["ports"] for p in n.values())
         )
         if keep:
@@ -264,10 +292,12 @@ class LocalCluster:
         for i in range(self.brokers):
             node = self.node_dir(i)
             (node / "data").mkdir(parents=True, exist_ok=True)
-            (node / "server.properties").write_text(server_properties(i, ports, node / "data"))
+            security = self.secure_files.broker_properties() if self.secure else None
+            (node / "server.properties").write_text(server_properties(i, ports, node / "data", security))
             (node / "log4j2.properties").write_text(log4j2_properties(self.log_file(i)))
         self._layout_file.write_text(json.dumps({
             "brokers": self.brokers,
+            "secure": self.secure,
             "cluster_id": cluster_id,
             "ports": [{"broker": p.broker, "controller": p.controller} for p in ports],
         }, indent=2))
@@ -305,7 +335,7 @@ class LocalCluster:
             cmd = self._jvm(i, heap_mb=256) + [
                 "kafka.tools.StorageTool", "format",
                 "-t", cluster_id, "-c", str(node / "server.properties"), "--ignore-formatted",
-            ]
+            ] + (self.secure_files.format_args() if self.secure else [])
             out = (node / "format.log").open("wb")
             procs.append((i, subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=node), out))
         for i, proc, out in procs:
@@ -340,10 +370,10 @@ class LocalCluster:
                     f"local Kafka did not answer within {timeout:.0f}s; {self.failure_report(0)}"
                 )
 
-    @staticmethod
-    def _answers(bootstrap: str, expect_brokers: int | None, node_id: int | None = None) -> bool:
+    def _answers(self, bootstrap: str, expect_brokers: int | None, node_id: int | None = None) -> bool:
         """One metadata request: do all expected brokers (or ``node_id``) answer?"""
         conf: dict[str, Any] = {
+            **(self.secure_files.librdkafka_config(ADMIN_USER) if self.secure else {}),
             "bootstrap.servers": bootstrap,
             "log_level": 0,  # connection-refused noise while the JVM starts
             "error_cb": lambda _err: None,
@@ -417,6 +447,7 @@ class LocalCluster:
         self._save({
             "bootstrap_servers": ",".join(f"127.0.0.1:{p.broker}" for p in ports),
             "brokers": self.brokers,
+            "secure": self.secure,
             "pids": pids,
             "ports": [{"broker": p.broker, "controller": p.controller} for p in ports],
             "home": str(self.home),

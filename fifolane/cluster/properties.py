@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +17,13 @@ class NodePorts:
     controller: int
 
 
-def server_properties(node_id: int, ports: list[NodePorts], data_dir: Path) -> str:
+def server_properties(node_id: int, ports: list[NodePorts], data_dir: Path,
+                      security: Mapping[str, str] | None = None) -> str:
     """``server.properties`` for node ``node_id`` (0-based) of a combined-mode KRaft cluster.
+
+    ``security`` (from :meth:`fifolane.cluster.secure.SecureFiles.broker_properties`) makes
+    the client listener ``CLIENT`` (SASL_SSL) instead of ``PLAINTEXT`` and adds TLS, SASL and
+    the authorizer; without it every listener is plaintext and open.
 
     Replication settings follow the cluster size: with 3 or more nodes, topics get 3 replicas
     and need 2 in sync (so one broker may die without losing acknowledged writes); with fewer,
@@ -28,14 +34,15 @@ def server_properties(node_id: int, ports: list[NodePorts], data_dir: Path) -> s
     min_isr = 2 if n >= 3 else 1
     me = ports[node_id]
     voters = ",".join(f"{i}@127.0.0.1:{p.controller}" for i, p in enumerate(ports))
+    client = "CLIENT" if security is not None else "PLAINTEXT"
     props = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         # A static quorum: the voter set is fixed by the config, so formatting needs no
         # --standalone/--initial-controllers and every node is formatted the same way.
         "controller.quorum.voters": voters,
-        "listeners": f"PLAINTEXT://127.0.0.1:{me.broker},CONTROLLER://127.0.0.1:{me.controller}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{me.broker}",
+        "listeners": f"{client}://127.0.0.1:{me.broker},CONTROLLER://127.0.0.1:{me.controller}",
+        "advertised.listeners": f"{client}://127.0.0.1:{me.broker}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -62,6 +69,7 @@ def server_properties(node_id: int, ports: list[NodePorts], data_dir: Path) -> s
         "num.io.threads": "4",
         "num.recovery.threads.per.data.dir": "1",
     }
+    props.update(security or {})
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 

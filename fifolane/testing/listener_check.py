@@ -32,7 +32,7 @@ def check_notifications(report: Report, notifications: Sequence[Notification],
     for (listener, partition), stream in sorted(streams.items()):
         subject = f"{listener}[{partition}]"
         by_seq: dict[int, Notification] = {}
-        by_change: dict[tuple[str, str, int], Notification] = {}
+        by_change: dict[tuple[str | None, str, str, int], Notification] = {}
         prev: Notification | None = None
         for n in stream:
             first = by_seq.get(n.seq)
@@ -42,7 +42,10 @@ def check_notifications(report: Report, notifications: Sequence[Notification],
                                f"seq {n.seq} reused for a different change: {first.payload()[:3]} "
                                f"then {n.payload()[:3]}", n.offset)
                 continue  # an exact repeat: the consumer drops it
-            change = (n.key, n.kind, n.version)
+            # A new registration of the listener is a new stream: it announces the current
+            # state again (include-current-state), so the same change may come once per
+            # registration.
+            change = (n.registration, n.key, n.kind, n.version)
             earlier = by_change.get(change)
             if earlier is not None:
                 report.add("listener_duplicate", subject,

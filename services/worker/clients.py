@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fifolane.config import Settings
 from services.worker.options import WorkerOptions
 
-__all__ = ["PRODUCER_BATCHING", "consumer_config", "producer_config"]
+if TYPE_CHECKING:
+    from services.worker.assignment import Topics
+
+__all__ = ["PRODUCER_BATCHING", "consumer_config", "needed_access", "producer_config"]
 
 #: Producer batching of the worker (also used by the benchmarks' plain loops): 20 ms of
 #: lingering makes larger produce requests; at 75k records/s that saved the broker (on the
@@ -69,3 +73,19 @@ def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         # Outlast a leader election (Kafka's own default delivery.timeout.ms is 120 s).
         conf["message.timeout.ms"] = 120_000
     return conf
+
+
+def needed_access(settings: Settings, topics: Topics, *, registry: bool,
+                  parked: bool) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The topics whose configs the worker reads at start-up, and the ACL operations it
+    needs, by topic (the worker role of docs/security.md): input, state and directory read
+    and written, the dead-letter topic written, the registry with listeners (``registry``),
+    the parked topic with ``--on-failure park`` (``parked``)."""
+    names = [t for t in (topics.input, settings.state_topic, settings.dlq_topic, topics.directory) if t]
+    rw = ("READ", "WRITE", "DESCRIBE_CONFIGS")
+    need = {**dict.fromkeys(names, rw), settings.dlq_topic: ("WRITE", "DESCRIBE_CONFIGS")}
+    if registry:
+        need[settings.registry_topic] = ("READ", "WRITE")
+    if parked:
+        need[settings.parked_topic] = rw
+    return names, need

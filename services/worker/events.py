@@ -301,6 +301,9 @@ class Processing:
             self.releases.resume(self.tables)
 
     def _apply(self, event: Event, effects: Effects) -> None:
+        # A call may finish after the commit that left it running: its writes (the applier
+        # produces directly) go into a new transaction.
+        self.ckpt.open()
         table = self.tables[event.partition]
         own = event.entity_key if event.stage is not None else None
         for ekey, w in effects.writes.items():

@@ -16,6 +16,7 @@ from typing import Any
 
 from fifolane.serde import Decoded
 from services.worker.checkpoint import Checkpoint
+from services.worker.directory import CONTROL_HEADER
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
 from services.worker.parking import Parking
@@ -87,6 +88,10 @@ class FastPath:
                 if skipping and p in skipping:
                     general(msg, None)
                     continue
+                headers = msg.headers()
+                if headers is not None and _is_control(headers):
+                    general(msg, None)  # the worker's own records (move-outs) or bad ones
+                    continue
                 value = msg.value()
                 scanned = scan(value) if scan is not None else None
                 if scanned is not None:
@@ -140,3 +145,10 @@ class FastPath:
             stats.processed += processed
             stats.state_writes += processed
             stats.superseded += superseded
+
+
+def _is_control(headers: list[tuple[str, bytes]]) -> bool:
+    for name, _ in headers:  # noqa: SIM110 - a plain loop is cheaper on the hot path
+        if name == CONTROL_HEADER:
+            return True
+    return False

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
+from fifolane.access import KafkaAccess, principal_of
 from fifolane.errors import (
+    ConfigError,
     KafkaClientError,
     KafkaRetriableError,
     ProducerFatalError,
@@ -197,8 +199,14 @@ class TxnProducer:
     # -- transactions ------------------------------------------------------------------------
     def init(self, timeout: float = 60.0) -> None:
         """init_transactions: fences older producers with this id and settles their
-        open transaction (waits, calling again, while the coordinator is unavailable)."""
-        self._resume(self._producer.init_transactions, "init_transactions", timeout)
+        open transaction (waits, calling again, while the coordinator is unavailable).
+        :class:`WorkerError` naming the ACL if the principal may not use its transactional id."""
+        try:
+            self._resume(self._producer.init_transactions, "init_transactions", timeout)
+        except KafkaClientError as exc:
+            if exc.code != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED":
+                raise
+            raise WorkerError(_txn_denied(self._conf)) from exc
 
     def begin(self) -> None:
         try:
@@ -230,6 +238,18 @@ class TxnProducer:
                 if not isinstance(mapped, KafkaRetriableError) or time.monotonic() >= deadline:
                     raise mapped from exc
                 log.info("%s: %s; calling again", what, mapped)
+
+
+def _txn_denied(conf: Mapping[str, Any]) -> str:
+    """The start-up error of a worker whose principal may not use its transactional id."""
+    tid = str(conf.get("transactional.id"))
+    who = principal_of(conf) or "this worker's principal"
+    # producer_config: transactional.id = <group>-<worker id>, client.id = <worker id>-producer
+    worker_id = str(conf.get("client.id", "")).removesuffix("-producer")
+    group = tid.removesuffix(f"-{worker_id}") if worker_id and tid.endswith(f"-{worker_id}") else None
+    grant = (f"fifolane acls apply --role worker --principal {principal_of(conf) or 'User:<name>'}"
+             + (f" --group-id {group}" if group else ""))
+    return f"the worker cannot start: {who} lacks WRITE on transactional id {tid!r}; grant them (`{grant}`, docs/security.md)"
 
 
 class WorkerConsumer:
@@ -324,29 +344,43 @@ class KafkaClients:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""
         return Consumer({**self._base, **conf})
 
-    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
-        """The configs of these topics; :class:`WorkerError` if one is missing or not
-        accessible (saying what to do), instead of failing later in a loop."""
-        admin = AdminClient(self._base)
+    def topic_configs(self, names: list[str], timeout: float = 30.0, *,
+                      need: Mapping[str, Collection[str]] | None = None,
+                      group: str | None = None) -> dict[str, dict[str, str]]:
+        """The configs of these topics; :class:`WorkerError` if Kafka refuses the login, a
+        topic is missing, or the principal lacks an operation of ``need`` (topic -> ACL
+        operations, e.g. ``READ``) or READ on consumer group ``group``: the message names
+        each missing permission, and the worker stops instead of failing later in a loop."""
+        access = KafkaAccess(self._base, timeout)
+        checked = list(dict.fromkeys([*names, *(need or {})]))
         try:
-            md = admin.list_topics(timeout=timeout)
-        except KafkaException as exc:
-            raise WorkerError(f"cannot reach Kafka at {self._base.get('bootstrap.servers')}: "
-                              f"{map_error(exc, 'list topics')}") from exc
-        missing = {n: md.topics[n].error if n in md.topics else "not found"
-                   for n in names if n not in md.topics or md.topics[n].error is not None}
+            found = access.topics(checked)
+            group_ok = group is None or access.group_allows(group, "READ")
+        except ConfigError as exc:  # wrong password, bad CA, no broker: say so, once
+            raise WorkerError(f"the worker cannot start: {exc}") from exc
+        missing = sorted(n for n in checked if not found[n].exists)
         if missing:
-            raise WorkerError(f"topics missing or not accessible to this worker: {missing}; run "
-                              "`fifolane topics create`, or grant the worker's principal access "
-                              "(docs/security.md)")
-        found: dict[str, dict[str, str]] = {}
+            raise WorkerError(f"the worker cannot start: topics missing: {', '.join(missing)}; run "
+                              "`fifolane topics create`")
+        lacking = [f"{op} on topic {n!r}" for n in checked
+                   for op in (need or {}).get(n, ()) or ("DESCRIBE",) if not found[n].allows(op)]
+        if not group_ok:
+            lacking.append(f"READ on consumer group {group!r}")
+        if lacking:
+            who = access.principal or "this worker's principal"
+            grant = (f"fifolane acls apply --role worker --principal {access.principal or 'User:<name>'}"
+                     + (f" --group-id {group}" if group else ""))
+            raise WorkerError(f"the worker cannot start: {who} lacks {', '.join(lacking)}; grant them "
+                              f"(`{grant}`, docs/security.md)")
+        admin = access.admin
+        found_configs: dict[str, dict[str, str]] = {}
         try:
             futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
                                              request_timeout=timeout)
             for res, fut in futures.items():
                 entries = fut.result(timeout=timeout)
-                found[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+                found_configs[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
         except KafkaException as exc:  # configs are optional: Kafka's defaults are assumed
             log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
                         map_error(exc, "describe configs"))
-        return found
+        return found_configs

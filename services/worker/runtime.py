@@ -36,7 +36,7 @@ from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
-from services.worker.clients import consumer_config, producer_config
+from services.worker.clients import consumer_config, needed_access, producer_config
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
@@ -132,8 +132,8 @@ class Worker:
         clients = self.clients
         self.consumer = clients.consumer(consumer_config(o, self.group_id))
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
-        names = [t for t in (self.topics.input, s.state_topic, s.dlq_topic, self.topics.directory) if t]
-        self._topic_configs.known.update(clients.topic_configs(names))
+        names, need = needed_access(s, self.topics, registry=self.sink is not None, parked=o.on_failure == "park")
+        self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()

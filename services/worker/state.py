@@ -33,12 +33,25 @@ import shutil
 import struct
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
 from fifolane.errors import StateError
+from services.worker.rows import (
+    FLAG_DELETED,
+    FLAG_RAW,
+    MAX_GROUP_BYTES,
+    MAX_VERSION,
+    MIN_VERSION,
+    RAW_HEADER,
+    RAW_VERSION,
+    ROW,
+    ROW_VERSION,
+    RestoredRow,
+    Row,
+    index_key,
+)
 
 __all__ = [
     "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
@@ -47,62 +60,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_ROW = struct.Struct(">qBH")
-#: The version at the start of a packed row: ``ROW_VERSION.unpack_from(data)[0]``.
-ROW_VERSION = struct.Struct(">q")
 _OFFSET = struct.Struct(">q")
-_FLAG_DELETED = 1
-_FLAG_RAW = 2
-#: The version field of a raw row (see the module docstring): check for it before using the
-#: version of a packed row, and read the row with PartitionStore.unpack.
-RAW_VERSION = -(2**63)
-_RAW_HEADER = _ROW.pack(RAW_VERSION, _FLAG_RAW, 0)
-
 #: ``value -> (version, group)`` of an entity value, or None if it is not one.
 ValueReader = Callable[[bytes], "tuple[int, str] | None"]
 _META_CHANGELOG = b"m:changelog"
 _META_GROUP_INDEX = b"m:group-index"
 _META_WRITTEN_AT = b"m:written-at"
-#: The longest FIFO-group value a row can hold (its length is packed in 16 bits).
-MAX_GROUP_BYTES = 0xFFFF
-#: Versions are signed 64-bit integers (Avro long); a row packs them so.
-MIN_VERSION, MAX_VERSION = -(2**63) + 1, 2**63 - 1
 #: Rows of recent commits a partition keeps in memory (see PartitionStore.recent).
 RECENT_ROWS = 10_000
-
-
-@dataclass(slots=True)
-class Row:
-    """One entity's latest state; ``value`` is the encoded entity (None when deleted)."""
-
-    version: int
-    deleted: bool
-    group: str
-    value: bytes | None
-
-    def pack(self) -> bytes:
-        g = self.group.encode()
-        return _ROW.pack(self.version, _FLAG_DELETED if self.deleted else 0, len(g)) + g + (self.value or b"")
-
-    @staticmethod
-    def unpack(data: bytes) -> Row:
-        """A packed row (not a raw one: see :meth:`PartitionStore.unpack`)."""
-        version, flags, glen = _ROW.unpack_from(data)
-        if flags & _FLAG_RAW:
-            raise StateError("a raw row: read it with PartitionStore.unpack")
-        start = _ROW.size
-        group = data[start : start + glen].decode()
-        deleted = bool(flags & _FLAG_DELETED)
-        return Row(version, deleted, group, None if deleted else data[start + glen :])
-
-
-#: A changelog record for :meth:`PartitionStore.restore_batch`: entity key, version, deleted,
-#: group, value (None when deleted); version None: keep it as a raw row.
-RestoredRow = tuple[bytes, "int | None", bool, str, "bytes | None"]
-
-
-def _index_key(group: str, ekey: bytes) -> bytes:
-    return b"i:" + group.encode() + b"\x00" + ekey
 
 
 class PartitionStore:
@@ -138,8 +103,8 @@ class PartitionStore:
     def unpack(self, data: bytes) -> Row | None:
         """A stored row; a raw one is read from its value now (None if that fails: the
         changelog record was not an entity value, and a restore skips those)."""
-        if data[8] & _FLAG_RAW:  # the flags byte
-            value = data[_ROW.size:]
+        if data[8] & FLAG_RAW:  # the flags byte
+            value = data[ROW.size:]
             found = self.read_value(value) if self.read_value is not None else None
             if found is None:
                 log.warning("partition %d: a restored record is not an entity value; ignored", self.partition)
@@ -162,7 +127,7 @@ class PartitionStore:
         if not self.group_index:
             raise StateError("this store keeps no group index (the worker has no app handlers)")
         seen: set[bytes] = set()
-        start = _index_key(group, prefix)
+        start = index_key(group, prefix)
         it = self.db.iter()
         it.seek(start)
         while it.valid():
@@ -231,10 +196,10 @@ class PartitionStore:
         for ekey, row in self.overlay.items():
             put(b"e:" + ekey, row.pack())
         for ekey in self._indexed:
-            put(_index_key(self.overlay[ekey].group, ekey), b"")
+            put(index_key(self.overlay[ekey].group, ekey), b"")
         for ekey, old_group in self._moved.items():
             if self.overlay[ekey].group != old_group:  # moved away (and not back again)
-                wb.delete(_index_key(old_group, ekey))
+                wb.delete(index_key(old_group, ekey))
         return wb
 
     def apply(self, wb: WriteBatch | None, changelog_offset: int | None) -> None:
@@ -282,12 +247,12 @@ class PartitionStore:
         self.recent.clear()
         wb = WriteBatch(raw_mode=True)
         put = wb.put
-        pack = _ROW.pack
+        pack = ROW.pack
         index = self.group_index
         for ekey, version, deleted, group, value in rows:
             if version is None:
                 assert not index and self.read_value is not None, "raw rows need a value reader, no index"
-                put(b"e:" + ekey, _RAW_HEADER + value)  # type: ignore[operator]
+                put(b"e:" + ekey, RAW_HEADER + value)  # type: ignore[operator]
                 continue
             g = group.encode()
             if index and not fresh:
@@ -295,13 +260,13 @@ class PartitionStore:
                 if old is not None:
                     old_row = self.unpack(old)
                     if old_row is not None and old_row.group != group:
-                        wb.delete(_index_key(old_row.group, ekey))
+                        wb.delete(index_key(old_row.group, ekey))
             if deleted:
-                put(b"e:" + ekey, pack(version, _FLAG_DELETED, len(g)) + g)
+                put(b"e:" + ekey, pack(version, FLAG_DELETED, len(g)) + g)
             else:
                 put(b"e:" + ekey, pack(version, 0, len(g)) + g + value)  # type: ignore[operator]
             if index:
-                put(_index_key(group, ekey), b"")
+                put(index_key(group, ekey), b"")
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
         wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
         self.db.write(wb)
@@ -379,7 +344,7 @@ class StoreManager:
     # -- a checkpoint's staged state (services.worker.checkpoint.Staged) -------------------
     def prepare(self) -> object:
         """The staged writes of every store as RocksDB batches (not written yet)."""
-        return {p: store.prepare() for p, store in self.stores.items()}
+        return {p: store.prepare() for p, store in list(self.stores.items())}  # restores open stores meanwhile
 
     def apply(self, prepared: object) -> None:
         """Write the batches of :meth:`prepare` (their transaction committed).
@@ -393,15 +358,21 @@ class StoreManager:
         refresh = self.marks is not None and now >= self._next_marker
         if refresh:
             self._next_marker = now + 30.0
-        for p, store in self.stores.items():
-            marker = self.marks(p) if refresh and self.marks is not None else None
-            if refresh and marker is None:
-                self._next_marker = now  # not known now (leader moving): try next time
-            store.apply(prepared.get(p), marker)
+        # Only stores this checkpoint wrote to are marked: they are active. A store still being
+        # restored (by its thread, which also opens stores meanwhile: iterate a copy) holds
+        # only part of its changelog; its restore writes its own marker.
+        for p, store in list(self.stores.items()):
+            batch = prepared.get(p)
+            marker = None
+            if refresh and batch is not None and self.marks is not None:
+                marker = self.marks(p)
+                if marker is None:
+                    self._next_marker = now  # not known now (leader moving): try next time
+            store.apply(batch, marker)
 
     def rollback(self) -> None:
         """Forget every staged write (their transaction aborted)."""
-        for store in self.stores.values():
+        for store in list(self.stores.values()):
             store.rollback()
 
     def close_all(self) -> None:

@@ -9,17 +9,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka_fixtures import consume_all, wait_until
 from worker_support import CATALOG, WorkerProcess
 
 from fifolane.config import Settings
+from fifolane.errors import TopicConfigError
 from fifolane.serde import make_codec
 from fifolane.testing import History, ProducedEvent, Report, check_history, expected_effects
 from fifolane.testing.records import effects_from, table_from
 from fifolane.testing.workload import TrackedProducer, Workload
+from fifolane.topics import ensure_topics
+from listeners.client import ListenerClient, MaterializedView
+from listeners.model import ListenerSpec
 
-__all__ = ["Stream", "collect_history", "committed_effects", "fault_worker", "input_seqs", "seeded_rng", "wait_settled"]
+__all__ = [
+    "ClientFollower", "Stream", "collect_history", "committed_effects", "committed_offsets", "fault_worker", "full_isr",
+    "group_coordinator", "group_members", "input_seqs", "lag", "make_topics", "seeded_rng", "table_worker",
+    "txn_coordinator", "wait_settled",
+]
 
 
 def seeded_rng(default: int) -> random.Random:
@@ -82,6 +91,54 @@ class Stream:
         return self.producer.outcomes()
 
 
+class ClientFollower:
+    """A :class:`ListenerClient` polled on a thread from the beginning of the output topic,
+    applying to a :class:`MaterializedView` (what a user's follower does)."""
+
+    def __init__(self, settings: Settings, spec: ListenerSpec) -> None:
+        self.client = ListenerClient(settings, spec.name, from_beginning=True, spec=spec)
+        self.view = MaterializedView()
+        self.notes: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="listener-client", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                notes = self.client.poll(0.2)
+                with self.lock:
+                    for note in notes:
+                        self.view.apply(note)
+                        self.notes.append(note)
+        except BaseException as exc:  # re-raised by view()
+            self.error = exc
+
+    def view_now(self) -> dict[str, Any]:
+        """A copy of the view."""
+        if self.error is not None:
+            raise self.error
+        with self.lock:
+            return dict(self.view.data)
+
+    def count(self, registration: str | None = None, snapshot: bool | None = None) -> int:
+        """Notifications delivered (of one registration, snapshot ones or not)."""
+        with self.lock:
+            return sum(1 for n in self.notes
+                       if (registration is None or n.get("registration") == registration)
+                       and (snapshot is None or bool(n.get("snapshot")) == snapshot))
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the listener client thread did not stop"
+        self.client.close()
+        if self.error is not None:
+            raise self.error
+
+
 def committed_effects(settings: Settings, effect_topic: str) -> int:
     """How many effect records are committed (duplicates included); -1 while a broker
     fault makes the topic unreadable (a leader moving)."""
@@ -132,3 +189,119 @@ def input_seqs(settings: Settings) -> set[tuple[str, int]]:
         if seq is not None:
             out.add(((m.key() or b"").decode(), int(seq)))
     return out
+
+
+# --- cluster-side helpers (3-node tests) -------------------------------------------------------
+def make_topics(settings: Settings) -> None:
+    """ensure_topics, retried: on 3 brokers describing a just-created topic may fail."""
+    def attempt() -> bool:
+        try:
+            ensure_topics(settings)
+        except TopicConfigError as exc:
+            print(f"ensure_topics: {exc}")
+            return False
+        return True
+
+    wait_until(attempt, timeout=30, interval=0.5, message="role topics on the 3-node cluster")
+
+
+def table_worker(settings: Settings, worker_id: str, tmp: Path, group_id: str,
+                 listeners: bool = True, extra: list[str] | None = None, static: bool = True) -> WorkerProcess:
+    """A ``python -m services.worker`` process with the built-in table handler (what
+    ``fifolane worker`` runs without ``--app``), in consumer group ``group_id``;
+    ``static=False`` gives it no ``--worker-id`` (dynamic membership)."""
+    return WorkerProcess(settings, worker_id, tmp, static=static,
+                         extra=["--group-id", group_id, *([] if listeners else ["--no-listeners"]),
+                                *(extra or [])])
+
+
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (Kafka places coordinators by it)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def _coordinator(settings: Settings, internal: str, key: str) -> int:
+    """The leader of ``key``'s partition of an internal topic (``abs(hashCode) % partitions``,
+    as Kafka places transaction and group coordinators); -1 while not known."""
+    try:
+        md = AdminClient(settings.kafka_config()).list_topics(internal, timeout=10)
+    except KafkaException as exc:
+        print(f"metadata of {internal}: {exc}")
+        return -1
+    topic = md.topics.get(internal)
+    if topic is None or topic.error is not None or not topic.partitions:
+        return -1
+    h = _java_hash(key)
+    return int(topic.partitions[0 if h == -(1 << 31) else abs(h) % len(topic.partitions)].leader)
+
+
+def txn_coordinator(settings: Settings, transactional_id: str) -> int:
+    """The broker hosting the transaction coordinator of ``transactional_id`` (-1: not known;
+    ``__transaction_state`` exists once a transactional producer started)."""
+    return _coordinator(settings, "__transaction_state", transactional_id)
+
+
+def group_coordinator(settings: Settings, group_id: str) -> int:
+    """The broker hosting the group coordinator of ``group_id`` (-1: not known now). Asking
+    for the group's offsets first makes Kafka create ``__consumer_offsets`` if needed."""
+    committed_offsets(settings, group_id)
+    return _coordinator(settings, "__consumer_offsets", group_id)
+
+
+def group_members(settings: Settings, group_id: str) -> set[str] | None:
+    """Client ids of the group's members (``<worker id>-consumer``); None while unknown."""
+    admin = AdminClient(settings.kafka_config())  # kept referenced until the future is done
+    fut = admin.describe_consumer_groups([group_id], request_timeout=10)[group_id]
+    try:
+        return {m.client_id for m in fut.result(timeout=15).members}
+    except (KafkaException, TimeoutError) as exc:
+        print(f"members of {group_id}: {exc!r}")
+        return None
+
+
+def full_isr(settings: Settings) -> bool:
+    """Whether every partition of every topic (internal ones too) has all replicas in sync:
+    the cluster can lose any one broker again."""
+    try:
+        md = AdminClient(settings.kafka_config()).list_topics(timeout=10)
+    except KafkaException as exc:
+        print(f"list_topics: {exc}")
+        return False
+    return all(p.leader >= 0 and len(p.isrs) == len(p.replicas)
+               for t in md.topics.values() for p in t.partitions.values())
+
+
+def committed_offsets(settings: Settings, group_id: str) -> dict[int, int]:
+    """The group's committed offsets of the input topic (-1: none); {} while unreadable."""
+    consumer = Consumer(settings.kafka_config(**{"group.id": group_id, "enable.auto.commit": False}))
+    try:
+        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+        return {tp.partition: tp.offset for tp in consumer.committed(tps, timeout=10)}
+    except KafkaException as exc:
+        print(f"committed offsets of {group_id}: {exc}")
+        return {}
+    finally:
+        consumer.close()
+
+
+def lag(settings: Settings, group_id: str) -> int | None:
+    """Records of the input topic not yet committed by the group (None while unreadable)."""
+    committed = committed_offsets(settings, group_id)
+    if not committed:
+        return None
+    consumer = Consumer(settings.kafka_config(**{"group.id": group_id, "enable.auto.commit": False}))
+    try:
+        total = 0
+        for p, off in committed.items():
+            _low, high = consumer.get_watermark_offsets(TopicPartition(settings.input_topic, p), timeout=10)
+            total += high - max(off, 0)
+        return total
+    except KafkaException as exc:
+        print(f"watermarks of {settings.input_topic}: {exc}")
+        return None
+    finally:
+        consumer.close()

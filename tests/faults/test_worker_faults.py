@@ -22,7 +22,7 @@ from fault_support import (
     seeded_rng,
     wait_settled,
 )
-from kafka_fixtures import wait_until
+from kafka_fixtures import make_settings, wait_until
 from worker_support import WorkerProcess
 
 from fifolane.config import Settings
@@ -33,6 +33,14 @@ from fifolane.topics import create_topic
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 ZERO = dict.fromkeys(KINDS, 0)
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, tmp_path: Path) -> Settings:
+    """Six partitions: three workers own two each, so the fourth one gets work when it joins
+    (with three, the sticky assignor may leave it idle while a killed static member's
+    partitions wait for that member to come back)."""
+    return make_settings(kafka_bootstrap, home=tmp_path / "home", partitions=6)
 
 
 @dataclass(frozen=True)

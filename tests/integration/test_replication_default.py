@@ -15,7 +15,7 @@ from kafka_fixtures import consume_all, make_settings
 from fifolane.cli import cli
 from fifolane.config import Settings
 from fifolane.produce import EventProducer
-from fifolane.topics import create_topic, describe_topics, ensure_topics
+from fifolane.topics import ROLES, create_topic, describe_topics, ensure_topics
 
 pytestmark = pytest.mark.integration
 
@@ -39,14 +39,14 @@ def test_topics_create_defaults_to_the_brokers_replication(default_settings: Set
     s = default_settings
     env = {"FIFOLANE_BOOTSTRAP_SERVERS": s.resolved_bootstrap(), "FIFOLANE_HOME": str(s.home),
            **{f"FIFOLANE_{role.upper()}_TOPIC": getattr(s, f"{role}_topic")
-              for role in ("input", "state", "registry", "dlq", "listener_output")}}
+              for role in ROLES}}
     result = CliRunner().invoke(cli, ["topics", "create", "--partitions", "2"], env=env)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert len(lines) == 5
+    assert len(lines) == len(ROLES)
     assert all(line.endswith("replication 3 (the brokers' default.replication.factor))") for line in lines)
     assert {role: state.replication_factor for role, state in describe_topics(s).items() if state} == {
-        "input": 3, "state": 3, "registry": 3, "dlq": 3, "listener_output": 3}
+        role: 3 for role in ROLES}
     # Other topics fifolane creates (listener outputs) follow the same setting.
     create_topic(s, s.input_topic + ".out", 1)
     md = AdminClient(s.kafka_config()).list_topics(s.input_topic + ".out", timeout=10)

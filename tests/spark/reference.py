@@ -7,7 +7,7 @@ from typing import Any
 
 __all__ = ["per_state", "revenue_per_route", "seats_per_flight"]
 
-STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED")
+STATES = ("NEW", "CONFIRMED", "REJECTED", "CANCELLED", "TICKETED")
 
 
 def seats_per_flight(reservations: list[dict[str, Any]], flights: list[dict[str, Any]]) -> set[tuple[Any, ...]]:

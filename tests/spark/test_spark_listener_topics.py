@@ -16,9 +16,9 @@ pytestmark = pytest.mark.spark
 
 
 def note(listener: str, kind: str, key: str, seq: int, value: dict[str, Any] | None,
-         partition: int = 0, version: int = 1) -> str:
+         partition: int = 0, version: int = 1, type_: str = "reservation") -> str:
     return json.dumps({
-        "listener": listener, "kind": kind, "key": key, "type": "reservation", "value": value,
+        "listener": listener, "kind": kind, "key": key, "type": type_, "value": value,
         "table_change": {}, "partition": partition, "offset": seq, "version": version, "seq": seq,
         "ts": "2026-11-22T10:00:00Z",
     })
@@ -42,6 +42,18 @@ def test_latest_projections(spark: SparkSession) -> None:
     got = {(r["key"], json.loads(r["value"])["seats"], r["version"], r["seq"]) for r in out.collect()}
     assert got == {("reservation/R1", 4, 2, 2), ("reservation/R3", 7, 1, 1_000_005)}
     assert latest_projections(df).where("listener = 'other'").count() == 1
+
+
+def test_latest_projections_keep_each_type_of_a_key(spark: SparkSession) -> None:
+    """#12 item 9: an untyped listener over two types whose entities share a key value (the
+    notification key carries no type) keeps the latest projection of each."""
+    notes = [note("any", "created", "X1", 1, {"seats": 2}, version=3),
+             note("any", "created", "X1", 1, {"capacity": 180}, partition=1, version=1, type_="flight"),
+             note("any", "modified", "X1", 2, {"capacity": 200}, partition=1, version=2, type_="flight")]
+    df = spark.createDataFrame([(n,) for n in notes], "value string")
+    got = {(r["type"], r["key"], json.dumps(json.loads(r["value"])))
+           for r in latest_projections(df, listener="any").collect()}
+    assert got == {("reservation", "X1", '{"seats": 2}'), ("flight", "X1", '{"capacity": 200}')}
 
 
 @pytest.mark.integration

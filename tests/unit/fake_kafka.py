@@ -61,12 +61,18 @@ class FakeProducer:
         self.fail: KafkaClientError | None = None
         self.report = DeliveryReport()
         self.renewals = 0
+        #: As librdkafka: a transactional producer refuses records outside a transaction
+        #: (set by FakeClients for an exactly-once worker).
+        self.transactional = False
+        self.in_txn = False
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 headers: Any = None) -> None:
         if self.fail is not None:
             exc, self.fail = self.fail, None
             raise exc
+        if self.transactional and not self.in_txn:
+            raise KafkaClientError("produce: Erroneous state (no transaction begun)", code="_STATE")
         self.records.append((topic, value, key, partition, list(headers or [])))
 
     def init(self, timeout: float = 60.0) -> None:
@@ -74,6 +80,7 @@ class FakeProducer:
 
     def begin(self) -> None:
         self.transactions += 1
+        self.in_txn = True
 
     def send_offsets(self, offsets: Any, group_metadata: Any, timeout: float) -> None:
         self.offsets.append(sorted((tp.topic, tp.partition, tp.offset) for tp in offsets))
@@ -81,15 +88,18 @@ class FakeProducer:
 
     def commit(self, timeout: float) -> None:
         self.commits += 1
+        self.in_txn = False
 
     def abort(self, timeout: float) -> None:
         self.aborts += 1
+        self.in_txn = False
 
     def flush(self, timeout: float) -> int:
         return 0
 
     def renew(self) -> None:
         self.renewals += 1
+        self.in_txn = False
 
     def report_each(self, on: bool) -> None:
         pass
@@ -174,10 +184,11 @@ class FakeClients(KafkaClients):
         return self.fake_consumer
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> Any:
+        self.fake_producer.transactional = transactional
         return self.fake_producer
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         return _EmptyChangelog()
 
-    def topic_configs(self, names: list[str], timeout: float = 30.0) -> dict[str, dict[str, str]]:
+    def topic_configs(self, names: list[str], timeout: float = 30.0, **_access: Any) -> dict[str, dict[str, str]]:
         return {n: {} for n in names}

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 COMPOSE_ONLY_VARS = {"FIFOLANE_WORKERS"}
 KAFKA_SERVICES = {"kafka-1", "kafka-2", "kafka-3", "kafka-single"}
 SPARK_SERVICES = {"spark-master", "spark-worker", "views-volume", "spark-views"}
+SECURE_SERVICES = {"secure-files", "kafka-secure", "secure-setup", "worker-secure"}
+#: FIFOLANE_* variables of containers that are not Settings fields: the settings file.
+NON_FIELD_VARS = {"FIFOLANE_CONFIG"}
 APICURIO_POM = PROJECT_ROOT / "tests" / "registry" / "pom.xml"
 
 
@@ -65,7 +69,7 @@ def _resolve_cli(args: list[str]) -> click.Context | None:
 
 
 def test_service_names(services: dict[str, Any]) -> None:
-    assert set(services) == KAFKA_SERVICES | SPARK_SERVICES | {"topics", "worker", "schema-registry"}
+    assert set(services) == KAFKA_SERVICES | SPARK_SERVICES | SECURE_SERVICES | {"topics", "worker", "schema-registry"}
 
 
 def test_profiles_pick_the_kafka_layout(services: dict[str, Any]) -> None:
@@ -75,6 +79,10 @@ def test_profiles_pick_the_kafka_layout(services: dict[str, Any]) -> None:
     for name in SPARK_SERVICES:
         assert services[name]["profiles"] == ["views"], name
     assert services["schema-registry"]["profiles"] == ["registry"]
+    for name in SECURE_SERVICES:
+        assert services[name]["profiles"] == ["secure"], name
+    # the plain topics and workers run with a plain layout only (never against the secure broker)
+    assert services["topics"]["profiles"] == services["worker"]["profiles"] == ["cluster", "single"]
     # the services that need Kafka start with either layout
     deps = services["topics"]["depends_on"]
     assert set(deps) == KAFKA_SERVICES
@@ -110,7 +118,7 @@ def test_every_fifolane_env_var_is_a_setting(services: dict[str, Any]) -> None:
     for name, service in services.items():
         for key in service.get("environment", {}):
             if key.startswith("FIFOLANE_"):
-                assert key in fields, f"{name}: {key} is not a Settings field"
+                assert key in fields | NON_FIELD_VARS, f"{name}: {key} is not a Settings field"
     used = set(re.findall(r"\$\{(FIFOLANE_[A-Z_]+)", COMPOSE.read_text()))
     unknown = used - fields - COMPOSE_ONLY_VARS
     assert not unknown, f"interpolated variables that are not settings: {unknown}"
@@ -141,7 +149,8 @@ def test_worker_image_runs_the_worker_cli(services: dict[str, Any]) -> None:
 
 
 def test_long_running_services_have_health_checks(services: dict[str, Any]) -> None:
-    for name in KAFKA_SERVICES | {"worker", "spark-views", "spark-master", "spark-worker", "schema-registry"}:
+    for name in KAFKA_SERVICES | {"worker", "spark-views", "spark-master", "spark-worker", "schema-registry",
+                                  "kafka-secure", "worker-secure"}:
         check = services[name].get("healthcheck")
         assert check and check["test"][0] in ("CMD", "CMD-SHELL"), f"{name} has no health check"
 
@@ -220,3 +229,76 @@ def test_schema_registry_is_apicurio_at_the_tested_version(compose: dict[str, An
     assert "8080/apis/ccompat/v7" in registry["healthcheck"]["test"][1]
     env = compose["x-fifolane-env"]
     assert env["FIFOLANE_SCHEMA_REGISTRY_URL"] == "${FIFOLANE_SCHEMA_REGISTRY_URL:-}"  # unset: single-object
+
+
+# --- the secure profile -------------------------------------------------------------------
+def _shell_commands(service: dict[str, Any]) -> list[list[str]]:
+    """The `&&`-joined commands of an ``sh -c`` service, each as argv."""
+    assert service["entrypoint"] == ["sh", "-c"]
+    (script,) = service["command"]
+    return [shlex.split(part) for part in script.split("&&")]
+
+
+def test_secure_setup_creates_topics_and_roles_with_real_cli_commands(services: dict[str, Any]) -> None:
+    from fifolane.acls import ROLES
+    from fifolane.cluster.secure import DEFAULT_USERS
+
+    setup = services["secure-setup"]
+    commands = _shell_commands(setup)
+    assert commands[0] == ["fifolane", "topics", "create", "--replication-factor", "-1"]
+    granted = {}
+    for argv in commands:
+        assert argv[0] == "fifolane"
+        ctx = _resolve_cli(argv[1:])
+        assert ctx is not None
+        if argv[1] == "acls":
+            granted[ctx.params["role"]] = ctx.params["principal"]
+    # every role but the per-listener reader, each to the user of its name (made by secure-files)
+    assert granted == {r: f"User:{r}" for r in ROLES if r != "listener-reader"}
+    assert set(granted) <= set(DEFAULT_USERS)
+    assert setup["environment"]["FIFOLANE_CONFIG"] == "/secrets/clients/admin.toml"
+    assert services["worker-secure"]["environment"]["FIFOLANE_CONFIG"] == "/secrets/clients/worker.toml"
+    assert services["worker-secure"]["depends_on"]["secure-setup"]["condition"] == "service_completed_successfully"
+    for name in ("secure-setup", "worker-secure"):
+        assert services[name]["environment"]["FIFOLANE_BOOTSTRAP_SERVERS"] == "kafka-secure:9092"
+        assert "secure-files:/secrets:ro" in services[name]["volumes"]
+
+
+def test_secure_broker_runs_the_files_secure_files_writes(services: dict[str, Any], tmp_path: Path) -> None:
+    """Run the secure-files command for real (keytool) and check what the broker uses."""
+    from click.testing import CliRunner
+
+    from fifolane.cli.kafka import kafka
+
+    files, broker = services["secure-files"], services["kafka-secure"]
+    (argv, chown, chmod) = _shell_commands(files)
+    assert chown == ["chown", "-R", "1000:1000", "/secrets"] and chmod == ["chmod", "-R", "a+rX", "/secrets"]
+    assert files["volumes"] == ["secure-files:/secrets"] and "secure-files:/secrets:ro" in broker["volumes"]
+    ctx = _resolve_cli(argv[1:])
+    assert ctx is not None and str(ctx.params["out"]) == "/secrets"
+    host = ctx.params["hosts"][0]
+    assert host == broker["hostname"] == "kafka-secure"
+    out = tmp_path / "secrets"
+    out.mkdir()  # a volume's mount point: it exists, and cannot be replaced
+    args = [a if a != "/secrets" else str(out) for a in argv[2:]]
+    result = CliRunner().invoke(kafka, args)
+    assert result.exit_code == 0, result.output
+    props = dict(line.split("=", 1) for line in (out / "server.properties").read_text().splitlines())
+    assert props["advertised.listeners"] == f"CLIENT://{host}:9092,HOST://localhost:29092"
+    assert broker["ports"] == ["29092:19092"] and ":19092" in props["listeners"]
+    assert props["listener.security.protocol.map"] == "CLIENT:SASL_SSL,CONTROLLER:SASL_PLAINTEXT,HOST:SASL_SSL"
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["log.dirs"] == "/var/lib/kafka/data" and "kafka-secure-data:/var/lib/kafka/data" in broker["volumes"]
+    for key in ("ssl.keystore.location", "ssl.truststore.location"):  # files of the volume
+        assert Path(props[key]).parent == out and Path(props[key]).is_file()
+    script = broker["command"][0]
+    for used in ("/secrets/server.properties", "/secrets/format-args"):
+        assert used in script and (out / Path(used).name).is_file()
+    assert (out / "format-args").read_text().count("--add-scram SCRAM-SHA-512=[name=") == 7
+    health = " ".join(broker["healthcheck"]["test"])
+    assert "--command-config /secrets/clients/admin.properties" in health and f"{host}:9092" in health
+    assert (out / "clients" / "admin.properties").is_file()
+    admin = (out / "clients" / "admin.toml").read_text()
+    assert 'bootstrap_servers = "kafka-secure:9092"' in admin and 'sasl_username = "admin"' in admin
+    assert f'ssl_ca_location = "{out / "ca.pem"}"' in admin

@@ -94,6 +94,94 @@ def test_fatal_producer_errors_get_a_new_producer_not_an_exit(tmp_path: Path, er
     assert _state(clients) == [(b"reservation/R1", 1)]
 
 
+def test_an_abort_that_times_out_gets_a_new_producer_not_an_exit(tmp_path: Path) -> None:
+    """#12 item 2: with a partition's leader gone, abort_transaction itself times out
+    (librdkafka's _TIMED_OUT, "retry call to resume"). The worker starts a new producer
+    (which settles the old transaction), rewinds and replays; it does not exit."""
+    w, clients = _worker(tmp_path)
+    clients.fake_producer.fail = TransactionAbortedError("leader not available", code="_STATE", abortable=True)
+
+    def abort(timeout: float) -> None:
+        raise KafkaRetriableError("abort_transaction: timed out, retry call to resume", code="_TIMED_OUT",
+                                  retriable=True)
+
+    clients.fake_producer.abort = abort  # type: ignore[method-assign]
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    assert (w.stats.aborts, clients.fake_producer.renewals) == (1, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
+    w.take([_msg(0, 100, "R1", "F0", 1)])  # the replay
+    w.checkpoint()
+    assert _state(clients) == [(b"reservation/R1", 1)]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+
+
+class _SlowChangelog:
+    """A restore consumer over an empty changelog that answers only once ``gate`` is set."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+
+    def get_watermark_offsets(self, tp: Any, timeout: float | None = None) -> tuple[int, int]:
+        assert self.gate.wait(30), "the restore was never let go"
+        return 0, 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_long_restore_runs_outside_the_open_transaction(tmp_path: Path) -> None:
+    """#12 item 4: a partition assigned while the worker's transaction is open is restored in
+    the background, paused; the rebalance callback returns at once, and the open transaction
+    commits while the restore still runs (a long restore must not outlast
+    transaction.timeout.ms)."""
+    w, clients = _worker(tmp_path)
+    gate = threading.Event()
+    clients.restore_consumer = lambda conf: _SlowChangelog(gate)  # type: ignore[method-assign]
+    w.take([_msg(0, 100, "R1", "F0", 1)])  # the transaction is open
+    assigned = threading.Event()
+    threading.Thread(target=lambda: (clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 2)]),
+                                     assigned.set()), daemon=True).start()
+    try:
+        assert assigned.wait(5), "on_assign waits for the restore, with the transaction open"
+        assert ("in", 2) in clients.fake_consumer.paused
+        w.checkpoint()  # while partition 2 restores
+        assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+        assert _state(clients) == [(b"reservation/R1", 1)]
+        assert w.assigned_partitions == [0, 1]
+    finally:
+        gate.set()
+    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1, 2], timeout=10,
+               message=lambda: f"partition 2 restored: {w.assigned_partitions}")
+    assert ("in", 2) not in clients.fake_consumer.paused
+
+
+def test_a_hung_commit_gets_a_new_producer_and_rewinds_every_partition(tmp_path: Path) -> None:
+    """#12 item 1: send_offsets_to_transaction hangs past the watchdog (the transaction
+    coordinator's broker died), the worker starts a new producer, and the transaction did not
+    commit. Every assigned partition goes back to its committed offset (the input offsets
+    must not move past effects that were aborted), and the replay applies everything."""
+    w, clients = _worker(tmp_path)
+    batch = [_msg(0, 100, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1)]
+    w.take(batch)
+    hung = ProducerFatalError("send_offsets_to_transaction did not return (_TIMED_OUT)", code="_TIMED_OUT",
+                              fatal=True)
+
+    def send_offsets(offsets: Any, group_metadata: Any, timeout: float) -> None:
+        raise hung
+
+    clients.fake_producer.send_offsets = send_offsets  # type: ignore[method-assign]
+    w.checkpoint()
+    assert (w.stats.aborts, clients.fake_producer.renewals) == (1, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 100), ("in", 1, 200)]
+    assert all(not st.overlay for st in w.stores.stores.values())
+    del clients.fake_producer.send_offsets  # the new producer works
+    clients.fake_producer.records.clear()  # the aborted transaction's records: never read
+    w.take(batch)  # the replay
+    w.checkpoint()
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/R1", b"reservation/R2"]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 201)]
+
+
 def test_commit_that_timed_out_here_but_committed_there_is_kept(tmp_path: Path) -> None:
     """Suspected in #12: a commit whose reply was lost. The committed offsets show it went
     through: its state is kept and nothing is replayed (which would duplicate outputs)."""
@@ -145,6 +233,32 @@ def test_group_too_long_and_bad_versions_are_dead_lettered(tmp_path: Path) -> No
     assert dict(w.stats.dead_letter_reasons) == {"group-too-long": 1, "bad-version": 1}
     assert (w.stats.processed, w.stats.dead_lettered) == (1, 2)
     assert _state(clients) == [(b"reservation/R2", 1)]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-path"])
+def test_a_state_record_too_large_for_kafka_is_dead_lettered(tmp_path: Path, fast: bool) -> None:
+    """#12 item 3: an input record that fits its topic, but whose state record (its key is
+    longer than the input key) would not: dead-lettered as too-large before anything is
+    produced, counted once, and the records around it are applied."""
+    w, clients = _worker(tmp_path)
+    if not fast:
+        w._fast._types = {}  # type: ignore[union-attr]  # every record takes the general path
+    room = w.limits.room("state")
+    rec = _res("R1", "F0", 1)
+    rec["customer_id"] = ""
+    bare = len(CODEC.encode("reservation", rec))
+    rec["customer_id"] = "c" * (room - bare - len(b"reservation/R1") + 4)  # value + state key: over
+    value = CODEC.encode("reservation", rec)
+    assert len(b"F0") + len(value) <= room < len(b"reservation/R1") + len(value)
+    w.take([_msg(0, 100, "R0", "F0", 1), FakeMsg(0, 101, b"F0", value), _msg(1, 200, "R2", "F1", 1)])
+    w.drain()
+    w.checkpoint()
+    assert dict(w.stats.dead_letter_reasons) == {"too-large": 1}
+    assert (w.stats.processed, w.stats.dead_lettered) == (2, 1)
+    assert sorted(_state(clients)) == [(b"reservation/R0", 1), (b"reservation/R2", 1)]
+    [dead] = [h for t, _v, _k, _p, h in clients.fake_producer.records if t == "dlq"]
+    assert dict(dead)["fifolane.dlq.reason"] == b"too-large"
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 201)]
 
 
 @pytest.mark.parametrize("raise_", [SystemExit, KeyboardInterrupt, asyncio.CancelledError])
@@ -276,3 +390,34 @@ def test_counts_are_of_committed_work(tmp_path: Path) -> None:
     s = w.stats
     assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (5, 3, 1, 1)
     assert s.mark["processed"] == 3 and s.mark["dead_letter_reasons"] == {"undecodable": 1}
+
+
+def test_a_call_finishing_after_a_commit_writes_in_a_new_transaction(tmp_path: Path) -> None:
+    """A handler call still running at a commit finishes after it: its write (an update, so
+    no directory claim opens a transaction first) goes into a new transaction, not to a
+    producer with none open (librdkafka refuses that: an abort and a replay every time)."""
+    app = App("slow-update")
+    gate = threading.Event()
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        if event.version == 2:
+            assert gate.wait(10)
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "R1", "F1", 1)])
+    w.drain()
+    w.checkpoint()
+    w.take([_msg(0, 101, "R1", "F1", 2)])
+    wait_until(lambda: w.poll_once() or w.sched.in_flight == 1, timeout=10, message="v2 running")
+    w.checkpoint()  # v2 still runs: committed up to offset 101
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+    gate.set()
+    w.drain()
+    w.checkpoint()
+    assert (w.stats.aborts, clients.fake_producer.aborts) == (0, 0)
+    assert _state(clients) == [(b"reservation/R1", 1), (b"reservation/R1", 2)]
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 200)]
+    w.calls.shutdown()
