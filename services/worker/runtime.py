@@ -40,7 +40,7 @@ from services.worker.clients import consumer_config, needed_access, producer_con
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
-from services.worker.limits import Limits, TopicConfigs
+from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.parking import Parking
@@ -148,12 +148,12 @@ class Worker:
                                read_state=self._read_state,
                                wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
                                tombstone_retention_ms=self._retention_ms)
+        parts = self.query.start(parts)  # the same parts, with the query endpoint's hooks
         self.stores.marks = parts.changelog_end
-        hooks = self.query.start(parts)
         self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
-                                     directory_stores=self._dir_stores, restore=hooks.restore,
-                                     make_table=hooks.make_table, make_directory=hooks.make_directory,
-                                     sink=self.sink, stats=self.stats, on_release=hooks.released)
+                                     directory_stores=self._dir_stores, restore=parts.restore,
+                                     make_table=parts.make_table, make_directory=parts.make_directory,
+                                     sink=self.sink, stats=self.stats, on_release=parts.released)
         self.processing = Processing(
             app=self.app, codec=self.codec, topics=self.topics, state_topic=s.state_topic,
             dlq_topic=s.dlq_topic, worker_id=o.worker_id, ckpt=self.ckpt, tables=self.assignment.tables,
@@ -262,18 +262,8 @@ class Worker:
             self._abort(exc)
 
     def _buffer_limit(self) -> int:
-        """How many events may wait in group queues.
-
-        A checkpoint drains them all, so they must be handled within about one commit
-        interval (and well within the transaction timeout): with slow handlers the bound
-        shrinks to what ``concurrency`` handlers get through in that time.
-        """
-        limit = self.opts.max_buffered
-        avg = self.processing.avg_call if self.processing is not None else 0.0
-        if avg > 0:
-            c = self.opts.concurrency
-            limit = min(limit, max(4 * c, int(c * self.opts.commit_interval / avg)))
-        return limit
+        """How many events may wait in group queues (services.worker.limits.buffer_limit)."""
+        return buffer_limit(self.opts, self.processing.avg_call if self.processing is not None else 0.0)
 
     def close(self) -> None:
         if self.consumer is not None:

@@ -54,11 +54,15 @@ class NoQuery:
 
 
 class _Hooks:
-    """PartitionParts with the query service's hooks (see :meth:`QueryService.start`)."""
+    """PartitionParts with the query service's hooks (see :meth:`QueryService.start`);
+    everything else is the parts' own."""
 
     def __init__(self, service: QueryService, parts: Any) -> None:
         self._q = service
         self._parts = parts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parts, name)
 
     def restore(self, topic: str, p: int) -> Any:
         q = self._q
