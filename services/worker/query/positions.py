@@ -93,6 +93,21 @@ class Resolver:
         if self._eos:
             self._wake.set()
 
+    def touched(self, partition: int, store: Any) -> None:
+        """The store was written without entity rows (the checkpoint's restore marker, see
+        StoreManager.apply): the view's snapshot is taken again at the same position, so a
+        scan, which needs the store unchanged since its view's snapshot, finds it so."""
+        seq = store.db.latest_sequence_number()
+        with self._lock:
+            pend = self._pending.get(partition)
+            if pend is not None:
+                if pend.view.seq != seq:
+                    pend.view = view_of(store, -1)
+                return
+            view = self._views.get(partition)
+            if view is not None and view.seq != seq:
+                self._views.publish(partition, view_of(store, view.position))
+
     def drop(self, partition: int) -> None:
         with self._lock:
             self._pending.pop(partition, None)
@@ -132,11 +147,11 @@ class Resolver:
             need = base + pend.records + (pend.commits if self._eos else 0)
             if got < need:
                 continue
-            with self._lock:
+            with self._lock:  # (touched() replaces a pending view's snapshot under this lock)
                 if self._pending.get(p) is not pend:
                     continue  # a newer commit (or a revoke) replaced it
                 del self._pending[p]
-            self._views.publish(p, pend.view._replace(position=got))
+                self._views.publish(p, pend.view._replace(position=got))
         return not self._pending
 
     def _stable_offsets(self, partitions: list[int]) -> dict[int, int]:
@@ -167,10 +182,13 @@ class CommitTracker:
 
     def apply(self, prepared: object) -> None:
         assert isinstance(prepared, dict)
-        for p, count in prepared.items():
-            store = self._stores.stores.get(p)
-            if store is not None and self._active(p):
-                self._resolver.applied(p, view_of(store, -1), count)
+        for p, store in list(self._stores.stores.items()):
+            if not self._active(p):
+                continue
+            if p in prepared:
+                self._resolver.applied(p, view_of(store, -1), prepared[p])
+            else:
+                self._resolver.touched(p, store)
         if prepared and not self._eos:
             self._resolver.resolve_now()
 
