@@ -137,3 +137,4 @@ def test_answers_equal_the_table_across_three_workers(settings: Settings, topics
     finally:
         for w in workers:
             w.stop()
+

@@ -129,3 +129,31 @@ def test_client_raises_on_timeout_answer_and_gives_up_after_its_timeout() -> Non
         with pytest.raises(QueryError, match="still unavailable after 0s") as info:
             client.get("reservation", "R1", group=g0)
         assert info.value.status == "unavailable"
+
+
+def test_a_write_without_entity_rows_takes_the_view_again_for_scans(tmp_path: Any) -> None:
+    """A scan reads a live iterator only while the store is unchanged since its view's
+    snapshot; a write that changes no entity (a marker) re-takes the view at the same
+    position (Resolver.touched), so scans go on instead of answering busy."""
+    from services.worker.query.positions import Resolver
+    from services.worker.query.reads import Stale, live_iterator, scan_group
+    from services.worker.query.views import view_of
+    from services.worker.state import StoreManager
+
+    stores = StoreManager(tmp_path, "g", group_index=False)
+    store = stores.open(0)
+    store.put(b"reservation/R1", Row(1, False, "G", b'{"x": 1}'), None)
+    store.commit(None)
+    views = Views()
+    views.publish(0, view_of(store, 17))
+    resolver = Resolver({}, "state", views, transactional=True)
+    store.db.put(b"m:other", b"1")  # a write without entity rows
+    with pytest.raises(Stale):
+        live_iterator(views.get(0))  # type: ignore[arg-type]
+    resolver.touched(0, store)
+    view = views.get(0)
+    assert view is not None and view.position == 17
+    page = scan_group(view, "G", indexed=False)
+    assert [k for k, _r in page.rows] == [b"reservation/R1"]
+    del view, page
+    stores.close_all()

@@ -94,9 +94,10 @@ class Resolver:
             self._wake.set()
 
     def touched(self, partition: int, store: Any) -> None:
-        """The store was written without entity rows (the checkpoint's restore marker, see
-        StoreManager.apply): the view's snapshot is taken again at the same position, so a
-        scan, which needs the store unchanged since its view's snapshot, finds it so."""
+        """The store was written without entity rows (a checkpoint that wrote only meta keys,
+        as StoreManager.apply once did with its restore marker): the view's snapshot is
+        taken again at the same position, so a scan, which needs the store unchanged since
+        its view's snapshot, finds it so."""
         seq = store.db.latest_sequence_number()
         with self._lock:
             pend = self._pending.get(partition)
