@@ -9,7 +9,8 @@ notifications per change. No Kafka needed. The worker pays on top of this for pr
 notification (about 2 us in ``Producer.produce``) and the broker for storing it.
 
 Scenarios ``suite: ...`` replay the events and the registrations of the ``listeners``
-benchmark suite (:mod:`benchmarks.suites.listeners`): reservations over 1,000 flights, each
+benchmark suite (:mod:`benchmarks.suites.listeners`, registrations from
+:mod:`benchmarks.registrations`): reservations over 1,000 flights, each
 entity created and then modified once (half of the changes have an old row), with 1, 100 and
 10,000 equality listeners on distinct flights and with 100 general filters. The others are
 heavier synthetic loads (a converter per listener, many notifications per change).
@@ -60,7 +61,7 @@ def _benchmarks(module: str) -> Any:
 
 def _suite(kind: str, n: int) -> Callable[[], list[ListenerSpec]]:
     def make() -> list[ListenerSpec]:
-        suite = _benchmarks("suites.listeners")
+        suite = _benchmarks("registrations")
         regs = suite.equality_specs(n) if kind == "equality" else suite.general_specs(n)
         return [ListenerSpec.from_json(value) for _name, value in regs]
 

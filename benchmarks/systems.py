@@ -9,12 +9,18 @@ topics and how to find a probe event in each (see :mod:`benchmarks.latency`).
 - :func:`run_worker`: the fifolane worker (table handler or an ``--app``), its state topic
   and, with listeners, its notifications topic;
 - :func:`run_quix`: a Quix Streams app from ``benchmarks/.venv-quix`` (JSON in and out);
-- :func:`run_kstreams`: the Kafka Streams app (``benchmarks/kstreams``), JVM warmed first.
+- :func:`run_kstreams`: the Kafka Streams app (``benchmarks/kstreams``), JVM warmed first;
+- :func:`measure_ceiling`: the plain consume -> produce loop (``benchmarks/passthrough.py``).
+
+:func:`median_run` picks the median of a suite's interleaved rounds. The suites share these
+helpers through this module and never import one another (an import-linter contract).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -23,16 +29,26 @@ from typing import Any
 from benchmarks import latency
 from benchmarks.events import events
 from benchmarks.harness import COMMIT_INTERVAL, Bench
-from benchmarks.kafka_streams import app_cmd
-from benchmarks.procs import child_env, log_tail, pinned_args, running, watch_committed, worker_cmd
-from benchmarks.suites.listeners import register
+from benchmarks.kafka_streams import KafkaStreamsError, app_cmd, ensure_app
+from benchmarks.procs import (
+    Commits,
+    child_env,
+    log_tail,
+    pinned_args,
+    running,
+    watch_committed,
+    worker_cmd,
+)
+from benchmarks.registrations import register
 from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.topics import create_topic
 
-__all__ = ["PROBE_CUSTOMER", "SHORT", "After", "Outputs", "fixed_probe", "key_ident", "probe_records", "quix_ident",
+__all__ = ["GUARANTEES", "PROBE_CUSTOMER", "SHORT", "After", "Outputs", "fixed_probe", "key_ident",
+           "kstreams_build", "measure_ceiling", "median_run", "probe_records", "quix_ident",
            "run_kstreams", "run_quix", "run_worker"]
 
+GUARANTEES = ("at-least-once", "exactly-once")
 SHORT = {"at-least-once": "ALO", "exactly-once": "EOS"}
 #: Output name -> (topic, ident).
 Outputs = dict[str, tuple[str, latency.Ident]]
@@ -170,3 +186,39 @@ def run_kstreams(bench: Bench, build: Path, base: Settings, total: int, guarante
             bench.step(f"{label}: Kafka Streams {variant} {guarantee} latency")
             result.update(after(result, {"output": (out, key_ident)}, base.input_topic))
     return result
+
+
+def kstreams_build(bench: Bench) -> tuple[Any, str | None]:
+    """The built Kafka Streams app (built now if needed, with progress), or why not."""
+    bench.step("Kafka Streams app: checking the build (mvn package on first use)")
+    try:
+        return ensure_app(on_progress=bench.log), None
+    except KafkaStreamsError as exc:
+        return None, str(exc)
+
+
+def measure_ceiling(bench: Bench, settings: Settings, total: int) -> Commits:
+    """Run the passthrough loop over ``settings.input_topic`` (``total`` events) into a new topic."""
+    out = f"{settings.input_topic}.passthrough.{uuid.uuid4().hex[:6]}"
+    create_topic(settings, out, settings.partitions)
+    group = f"bench-ceiling-{uuid.uuid4().hex[:8]}"
+    cmd = [sys.executable, "-m", "benchmarks.passthrough", "ceiling", "--bootstrap", bench.bootstrap,
+           "--input", settings.input_topic, "--output", out, "--group", group,
+           "--commit-interval", str(COMMIT_INTERVAL)]
+    bench.step("ceiling: passthrough loop", total)
+    with running(cmd, bench.work / f"{group}.log") as proc:
+        return watch_committed(bench.bootstrap, group, settings.input_topic, settings.partitions, total,
+                               timeout=120 + total / 5000, alive=lambda: proc.poll() is None,
+                               on_progress=bench.advance)
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median rate (of an odd number of runs), with every rate beside it."""
+    def rate(r: dict[str, Any]) -> float:  # NaN when a run landed in one commit (no interval)
+        value = float(r["throughput"]["events_per_s"])
+        return value if math.isfinite(value) else -math.inf
+
+    ordered = sorted(runs, key=rate)
+    mid = dict(ordered[len(ordered) // 2])
+    mid["reps_events_per_s"] = [round(rate(r)) if math.isfinite(rate(r)) else None for r in runs]
+    return mid

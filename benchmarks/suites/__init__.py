@@ -23,6 +23,8 @@ SUITES: dict[str, str] = {
     "restore": "restore",
     "query": "query",
     "spark": "spark",
+    "capacity": "capacity",
+    "scaling": "scaling",
 }
 
 

@@ -20,50 +20,23 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from benchmarks.booking import APP, FLIGHTS, avro_items, json_items, stream
 from benchmarks.events import produce_raw
 from benchmarks.harness import Bench, Metric
 from benchmarks.profiling import spy_worker
 from benchmarks.quix import quix_python
-from benchmarks.suites.ceiling import measure_ceiling
-from benchmarks.suites.stateful import _median_run
-from benchmarks.systems import run_quix, run_worker
+from benchmarks.systems import measure_ceiling, median_run, run_quix, run_worker
 from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.topics import create_topic
 
-__all__ = ["APP", "run"]
+__all__ = ["run"]
 
-APP = "examples.flights:app"
 PARTITIONS = 6
-FLIGHTS = 300
-
-
-def _stream(n: int) -> list[tuple[str, dict[str, Any], str]]:
-    from fifolane.demo.stream import generate
-
-    return generate(n_flights=FLIGHTS, n_events=n, seed=16).events
-
-
-def _avro_items(settings: Settings, evs: list[tuple[str, dict[str, Any], str]]
-                ) -> Iterator[tuple[bytes, bytes | None, Any]]:
-    codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
-    for kind, rec, op in evs:
-        key = rec["reservation_id"] if kind == "reservation" else rec["flight_number"]
-        value = (codec.encode_delete(kind, key, rec["flight_number"], rec["version"]) if op == "delete"
-                 else codec.encode(kind, rec))
-        yield rec["flight_number"].encode(), value, None
-
-
-def _json_items(evs: list[tuple[str, dict[str, Any], str]]) -> Iterator[tuple[bytes, bytes | None, Any]]:
-    for kind, rec, op in evs:
-        body = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in rec.items()}
-        yield rec["flight_number"].encode(), json.dumps(
-            {"type": kind, "op": op, "record": body}, separators=(",", ":")).encode(), None
 
 
 def _final_loads(bootstrap: str, topic: str, decode: Any) -> dict[str, tuple[int, int]]:
@@ -104,14 +77,14 @@ def run(bench: Bench) -> None:
     started = time.monotonic()
     n = bench.size(200_000, 30_000)
     reps = bench.size(3, 1)
-    evs = _stream(n)
+    evs = stream(n)
     total = len(evs)
     base = bench.topic_set("app", PARTITIONS)
     json_topic = f"{base.input_topic}.json"
     create_topic(base, json_topic, PARTITIONS)
     bench.step(f"app: pre-producing {total:,} booking events (Avro and JSON)", 2 * total)
-    produce_raw(base, base.input_topic, _avro_items(base, evs), on_progress=bench.advance)
-    produce_raw(base, json_topic, _json_items(evs), on_progress=lambda c: bench.advance(total + c))
+    produce_raw(base, base.input_topic, avro_items(base, evs), on_progress=bench.advance)
+    produce_raw(base, json_topic, json_items(evs), on_progress=lambda c: bench.advance(total + c))
     env = quix_python()
     notes = [f"The demo's booking stream: {FLIGHTS} flights, then {n:,} reservation events "
              "(superseded and late versions, cancellations, 3% deletes), keyed by flight; "
@@ -138,7 +111,7 @@ def run(bench: Bench) -> None:
                 runs["quix_EOS"].append(last["quix_EOS"])
             except RuntimeError as exc:
                 notes.append(f"Quix Streams failed: {str(exc).splitlines()[0]}")
-    raw: dict[str, Any] = {k: _median_run(v) for k, v in runs.items() if v}
+    raw: dict[str, Any] = {k: median_run(v) for k, v in runs.items() if v}
     bench.step("app: checking both apps' flight loads against examples.flights.reference")
     expected = {k.split("/", 1)[1]: (v["seats_sold"], v["rejected_seats"])
                 for k, v in reference(evs).items() if k.startswith("flight_load/")}

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 import time
-import uuid
 
 from benchmarks.consume import raw_consume
 from benchmarks.events import events, produce_avro
 from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
-from benchmarks.procs import Commits, running, watch_committed
-from fifolane.config import Settings
-from fifolane.topics import create_topic
+from benchmarks.systems import measure_ceiling
 
-__all__ = ["measure_ceiling", "run"]
+__all__ = ["run"]
 
 PARTITIONS = 6
-
-
-def measure_ceiling(bench: Bench, settings: Settings, total: int) -> Commits:
-    """Run the passthrough loop over ``settings.input_topic`` (``total`` events) into a new topic."""
-    out = f"{settings.input_topic}.passthrough.{uuid.uuid4().hex[:6]}"
-    create_topic(settings, out, settings.partitions)
-    group = f"bench-ceiling-{uuid.uuid4().hex[:8]}"
-    cmd = [sys.executable, "-m", "benchmarks.passthrough", "ceiling", "--bootstrap", bench.bootstrap,
-           "--input", settings.input_topic, "--output", out, "--group", group,
-           "--commit-interval", str(COMMIT_INTERVAL)]
-    bench.step("ceiling: passthrough loop", total)
-    with running(cmd, bench.work / f"{group}.log") as proc:
-        return watch_committed(bench.bootstrap, group, settings.input_topic, settings.partitions, total,
-                               timeout=120 + total / 5000, alive=lambda: proc.poll() is None,
-                               on_progress=bench.advance)
 
 
 def run(bench: Bench) -> None:

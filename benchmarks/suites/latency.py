@@ -23,12 +23,13 @@ from benchmarks import latency
 from benchmarks.events import events, produce_avro, produce_json
 from benchmarks.harness import Bench, Metric
 from benchmarks.quix import quix_python
-from benchmarks.suites.stateful import GUARANTEES, kstreams_build
 from benchmarks.systems import (
+    GUARANTEES,
     PROBE_CUSTOMER,
     SHORT,
     After,
     Outputs,
+    kstreams_build,
     probe_records,
     run_kstreams,
     run_quix,

@@ -11,64 +11,18 @@ exists; otherwise the result says it was skipped.
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from typing import Any
 
-from confluent_kafka import Producer
-
 from benchmarks.events import events, produce_avro
 from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
-from fifolane.config import Settings
+from benchmarks.registrations import equality_specs, general_specs, runtime_present
+from benchmarks.systems import run_worker
 
-__all__ = ["equality_specs", "general_specs", "register", "run", "runtime_present"]
+__all__ = ["run"]
 
 PARTITIONS = 6
 SKIPPED = "skipped: listeners runtime not present"
-
-
-def runtime_present() -> bool:
-    """True once ``listeners.runtime`` (the worker's listener sink) is importable."""
-    try:
-        return importlib.util.find_spec("listeners.runtime") is not None
-    except ImportError:
-        return False
-
-
-def equality_specs(n: int) -> list[tuple[str, bytes]]:
-    """``n`` registrations (name, JSON) on distinct flights ``F0..F<n-1>``: the indexed case.
-
-    The events use flights ``F0..F999``: each matches at most one of these listeners.
-    """
-    from listeners.model import ListenerSpec
-
-    return [(f"eq{i}", ListenerSpec(name=f"eq{i}", type="reservation",
-                                    filter=f'value.flight_number == "F{i}"').to_json())
-            for i in range(n)]
-
-
-def general_specs(n: int) -> list[tuple[str, bytes]]:
-    """``n`` distinct filters the equality index cannot serve: each is evaluated per change."""
-    from listeners.model import ListenerSpec
-
-    return [(f"g{i}", ListenerSpec(name=f"g{i}", type="reservation",
-                                   filter=f"value.amount > {900.0 + i} && value.seats != {i % 7}").to_json())
-            for i in range(n)]
-
-
-def register(settings: Settings, specs: list[tuple[str, bytes]]) -> None:
-    """Write registrations to the registry topic (key = name, value = JSON)."""
-    producer = Producer(settings.kafka_config(**{"enable.idempotence": True, "acks": "all",
-                                                 "linger.ms": 20}))
-    for name, value in specs:
-        while True:
-            try:
-                producer.produce(settings.registry_topic, value, name.encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
-    if producer.flush(60):
-        raise RuntimeError("listener registrations were not delivered")
 
 
 def run(bench: Bench) -> None:
@@ -79,8 +33,6 @@ def run(bench: Bench) -> None:
                                                 note=SKIPPED)],
                            started=started, settings={}, raw={"skipped": SKIPPED}, notes=[SKIPPED])
         return
-    from benchmarks.systems import run_worker
-
     n = bench.size(100_000, 20_000)
     base = bench.topic_set("listeners", PARTITIONS)
     bench.step(f"listeners: pre-producing {n:,} events", n)

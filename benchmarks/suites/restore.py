@@ -9,7 +9,6 @@ in X s" log lines, summed over partitions); peak RSS is sampled with psutil ever
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from pathlib import Path
@@ -20,23 +19,13 @@ import psutil
 from benchmarks.consume import raw_consume
 from benchmarks.events import events, produce_state
 from benchmarks.harness import Bench, Metric
+from benchmarks.meters import restored_from_log
 from benchmarks.procs import child_env, log_tail, running, worker_cmd
 
 __all__ = ["run"]
 
 PARTITIONS = 6
 RSS_LIMIT_MB = 512
-_RESTORED = re.compile(r"restored \S+\[(\d+)\]: (\d+) records in ([\d.]+)s")
-
-
-def _restored(log: Path) -> dict[int, tuple[int, float]]:
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return {}
-    return {int(p): (int(n), float(s)) for p, n, s in _RESTORED.findall(text)}
-
-
 def _stats(path: Path) -> dict[str, Any]:
     try:
         data: dict[str, Any] = json.loads(path.read_text())
@@ -82,7 +71,7 @@ def run(bench: Bench) -> None:
             time.sleep(0.05)  # the RSS sampling interval
         held = ps.memory_info().rss
         peak = max(peak, held)
-    parts = _restored(log)
+    parts = restored_from_log(log)
     restored = sum(c for c, _s in parts.values())
     seconds = sum(s for _c, s in parts.values())
     rate = restored / seconds if seconds else None

@@ -20,48 +20,34 @@ paced latency probe.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
 from benchmarks.events import events, produce_avro, produce_json
 from benchmarks.harness import COMMIT_INTERVAL, Bench, Metric
-from benchmarks.kafka_streams import KafkaStreamsError, ensure_app, java_version
+from benchmarks.kafka_streams import java_version
 from benchmarks.quix import quix_python
-from benchmarks.suites.ceiling import measure_ceiling
-from benchmarks.systems import SHORT, fixed_probe, run_kstreams, run_quix, run_worker
+from benchmarks.systems import (
+    GUARANTEES,
+    SHORT,
+    fixed_probe,
+    kstreams_build,
+    measure_ceiling,
+    median_run,
+    run_kstreams,
+    run_quix,
+    run_worker,
+)
 from fifolane.cluster.jars import KAFKA_VERSION
 from fifolane.topics import create_topic
 
-__all__ = ["GUARANTEES", "KSTREAMS", "kstreams_build", "run"]
+__all__ = ["KSTREAMS", "run"]
 
 PARTITIONS = 6
-GUARANTEES = ("at-least-once", "exactly-once")
 _SHORT = SHORT
 #: Kafka Streams variants: raw-result prefix -> TableApp --variant.
 KSTREAMS = {"kstreams": "changelog", "kstreams1w": "single-write"}
 _KS_LABEL = {"kstreams": "Kafka Streams", "kstreams1w": "Kafka Streams single-write"}
-
-
-def kstreams_build(bench: Bench) -> tuple[Any, str | None]:
-    """The built Kafka Streams app (built now if needed, with progress), or why not."""
-    bench.step("Kafka Streams app: checking the build (mvn package on first use)")
-    try:
-        return ensure_app(on_progress=bench.log), None
-    except KafkaStreamsError as exc:
-        return None, str(exc)
-
-
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run with the median rate (of an odd number of runs), with every rate beside it."""
-    def rate(r: dict[str, Any]) -> float:  # NaN when a run landed in one commit (no interval)
-        value = float(r["throughput"]["events_per_s"])
-        return value if math.isfinite(value) else -math.inf
-
-    ordered = sorted(runs, key=rate)
-    mid = dict(ordered[len(ordered) // 2])
-    mid["reps_events_per_s"] = [round(rate(r)) if math.isfinite(rate(r)) else None for r in runs]
-    return mid
 
 
 def run(bench: Bench) -> None:
@@ -140,7 +126,7 @@ def run(bench: Bench) -> None:
                 except RuntimeError as exc:
                     notes.append(f"Kafka Streams {variant} {g} failed in round {r + 1}: "
                                  f"{str(exc).splitlines()[0]}")
-    raw: dict[str, Any] = {k: _median_run(v) for k, v in runs.items() if v}
+    raw: dict[str, Any] = {k: median_run(v) for k, v in runs.items() if v}
     for key in raw:  # the latency of the last round belongs to the median entry too
         if key != "ceiling":
             raw[key]["latency_ms"] = runs[key][-1].get("latency_ms")

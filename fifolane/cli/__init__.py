@@ -29,6 +29,7 @@ _COMMANDS: dict[str, str] = {
     "demo": "fifolane.cli.demo:demo",
     "get": "fifolane.cli.query:get",
     "scan": "fifolane.cli.query:scan",
+    "plan": "fifolane.cli.plan:plan_command",
 }
 
 

@@ -229,15 +229,22 @@ class TxnProducer:
         until ``timeout`` has passed; a call stuck past it is reported fatal (watchdog)."""
         deadline = time.monotonic() + timeout
         step = min(timeout, 30.0)
+        pause = 0.01
         while True:
             try:
                 guarded(call, step)
                 return
             except KafkaException as exc:
                 mapped = map_error(exc, what)
-                if not isinstance(mapped, KafkaRetriableError) or time.monotonic() >= deadline:
+                # Only what librdkafka calls retriable is worth a second call: an operation
+                # invalid in the producer's state (_STATE) would fail the same way, at once,
+                # until the deadline.
+                if not (isinstance(mapped, KafkaRetriableError) and mapped.retriable) \
+                        or time.monotonic() >= deadline:
                     raise mapped from exc
                 log.info("%s: %s; calling again", what, mapped)
+                time.sleep(pause)  # an error returned at once must not turn into a hot loop
+                pause = min(pause * 2, 1.0)
 
 
 def _txn_denied(conf: Mapping[str, Any]) -> str:

@@ -24,17 +24,17 @@ from fault_support import (
     committed_effects,
     fault_worker,
     input_seqs,
+    make_topics,
     wait_settled,
 )
 from kafka_fixtures import wait_until
 from worker_support import CATALOG
 
 from fifolane.config import Settings
-from fifolane.errors import TopicConfigError
 from fifolane.serde import make_codec
 from fifolane.testing import KINDS
 from fifolane.testing.workload import TrackedProducer, Workload
-from fifolane.topics import create_topic, ensure_topics
+from fifolane.topics import create_topic
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -53,19 +53,6 @@ def cluster(kafka_cluster3: Any) -> Iterator[Any]:
     for i, broker in enumerate(kafka_cluster3.status().brokers):
         if not broker.alive:
             kafka_cluster3.start_broker(i)
-
-
-def make_topics(settings: Settings) -> None:
-    """ensure_topics, retried: on 3 brokers describing a just-created topic may fail (reported)."""
-    def attempt() -> bool:
-        try:
-            ensure_topics(settings)
-        except TopicConfigError as exc:
-            print(f"ensure_topics: {exc}")
-            return False
-        return True
-
-    wait_until(attempt, timeout=30, interval=0.5, message="role topics on the 3-node cluster")
 
 
 def test_partition_leader_crash_mid_stream(cluster: Any, settings3: Settings, tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ in its socket buffers and are processed when it thaws).
   Both must wait it out (never exit), and once the stream is done and every input offset
   committed, the state topic equals the reference table.
 - A commit that times out on the client but succeeds on the broker. A follower of every
-  partition is frozen while an in-process worker with a 1 s transactional-call time-out
-  commits: the coordinator's writes wait for the frozen replica until the controller fences
+  partition is frozen just as an in-process worker with a 1 s transactional-call time-out
+  calls ``commit_transaction``: the coordinator's writes wait for the frozen replica until the controller fences
   it (3 s), so ``commit_transaction`` times out here while the broker goes on to commit.
   The worker must find out from the committed offsets (``the transaction committed after
   all``) and neither replay the committed input (duplicated outputs) nor drop it.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,7 @@ from kafka_fixtures import consume_all, make_settings, wait_until
 from worker_support import WorkerProcess, WorkerThread
 
 import services.worker.checkpoint as checkpoint_module
+import services.worker.kafka as kafka_module
 from fifolane.config import Settings
 from fifolane.testing import KINDS
 from fifolane.testing.workload import Workload
@@ -169,6 +171,10 @@ class _Count(logging.Handler):
 
 def test_commit_timed_out_here_but_committed_on_the_broker(cluster: Any, settings3: Settings,
                                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower is frozen at the moment ``commit_transaction`` starts (the transaction's
+    records acked and its offsets added just before), so it is the commit itself, and only
+    it, that waits for the frozen replica: a pause at a random moment mostly hits a flush or
+    ``send_offsets`` instead, which abort for certain and test nothing new."""
     make_topics(settings3)
     effect_topic = settings3.input_topic + ".effects"
     create_topic(settings3, effect_topic, settings3.partitions, {})
@@ -178,6 +184,19 @@ def test_commit_timed_out_here_but_committed_on_the_broker(cluster: Any, setting
     log = logging.getLogger("services.worker.checkpoint")
     log.addHandler(kept)
     log.addHandler(aborted)
+    armed, frozen = threading.Event(), threading.Event()
+    follower = -1
+    commit = kafka_module.TxnProducer.commit
+
+    def commit_with_a_frozen_follower(producer: kafka_module.TxnProducer, timeout: float) -> None:
+        if armed.is_set():
+            armed.clear()
+            producer.flush(30)  # the transaction's records are acked: only the commit meets the freeze
+            cluster.pause_broker(follower)
+            frozen.set()
+        commit(producer, timeout)
+
+    monkeypatch.setattr(kafka_module.TxnProducer, "commit", commit_with_a_frozen_follower)
     stream = Stream(settings3, Workload(events=10**7, groups=30, entities=300, stale=0.0, seed=11), 200,
                     conf={"message.timeout.ms": 60_000})
     pauses = 0
@@ -188,10 +207,12 @@ def test_commit_timed_out_here_but_committed_on_the_broker(cluster: Any, setting
             wait_until(lambda: w.stats.commits >= 10, timeout=60, message="first commits")
             coordinator = txn_coordinator(settings3, "fifolane-indoubt-in-doubt")
             follower = next(b for b in range(3) if b != coordinator)
-            while pauses < 1 or (kept.seen == 0 and pauses < 15):  # a pause may hit a flush instead (an abort)
+            while pauses < 1 or (kept.seen == 0 and pauses < 5):
                 pauses += 1
                 commits = w.stats.commits
-                cluster.pause_broker(follower)
+                frozen.clear()
+                armed.set()
+                wait_until(frozen.is_set, timeout=60, interval=0.05, message="a commit to start")
                 _hold(6, lambda: w.thread.is_alive())
                 cluster.resume_broker(follower)
                 wait_until(lambda c=commits: w.stats.commits > c + 5, timeout=120, interval=0.2,
@@ -201,6 +222,7 @@ def test_commit_timed_out_here_but_committed_on_the_broker(cluster: Any, setting
             assert wait_settled(settings3, effect_topic, produced, timeout=120)
             assert w.thread.is_alive() and w.error is None
     finally:
+        armed.clear()
         stream.stop_event.set()
         log.removeHandler(kept)
         log.removeHandler(aborted)

@@ -21,14 +21,20 @@ snapshot takes several chunks. ``FIFOLANE_FAULTS_SEED`` replays a run.
 
 from __future__ import annotations
 
-import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_support import Stream, committed_effects, fault_worker, seeded_rng, wait_settled
+from fault_support import (
+    ClientFollower,
+    Stream,
+    committed_effects,
+    fault_worker,
+    seeded_rng,
+    wait_settled,
+)
 from kafka_fixtures import consume_all, wait_until
 from worker_support import CATALOG, WorkerProcess
 
@@ -39,7 +45,6 @@ from fifolane.testing.listener_check import materialize
 from fifolane.testing.records import effects_from, notifications_from, table_from
 from fifolane.testing.workload import Workload
 from fifolane.topics import create_topic
-from listeners.client import ListenerClient, MaterializedView
 from listeners.model import ListenerSpec
 from listeners.registry import read_registry, register
 from listeners.seq import DELTA
@@ -76,46 +81,6 @@ QUICK = Plan(cycles=4, rate=150, progress=200, entities=3000, groups=40, registe
 # 20,000 entities: ~6,700 per partition, more than a snapshot chunk (5,000, or 2,500 on a
 # worker that owns two partitions), so the kill can land between chunks.
 LONG = Plan(cycles=12, rate=250, progress=400, entities=20_000, groups=80, register_at=3)
-
-
-class Follower:
-    """A ListenerClient polled in a thread, applying to a MaterializedView from the beginning."""
-
-    def __init__(self, settings: Settings, spec: ListenerSpec) -> None:
-        self.client = ListenerClient(settings, spec.name, from_beginning=True, spec=spec)
-        self.view = MaterializedView()
-        self.notes: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.stop_event = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="listener-client", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                notes = self.client.poll(0.2)
-                with self.lock:
-                    for note in notes:
-                        self.view.apply(note)
-                        self.notes.append(note)
-        except BaseException as exc:  # re-raised by state()
-            self.error = exc
-
-    def state(self) -> tuple[dict[str, Any], int, int]:
-        """A copy of the view, and how many notifications / snapshot notifications arrived."""
-        if self.error is not None:
-            raise self.error
-        with self.lock:
-            return dict(self.view.data), len(self.notes), sum(1 for n in self.notes if n.get("snapshot"))
-
-    def close(self) -> None:
-        self.stop_event.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "the listener client thread did not stop"
-        self.client.close()
-        if self.error is not None:
-            raise self.error
 
 
 def _logs(procs: list[WorkerProcess]) -> str:
@@ -161,7 +126,7 @@ def test_include_current_state_and_live_notifications_under_worker_kills(
     stream = Stream(settings, workload, plan.rate, burst=plan.entities)
     kills: list[str] = []
     deferred: list[WorkerProcess] = []
-    follower: Follower | None = None
+    follower: ClientFollower | None = None
     snapshot_kill: dict[str, Any] = {}
     for w in workers:
         w.start()
@@ -193,9 +158,9 @@ def test_include_current_state_and_live_notifications_under_worker_kills(
                 # as the first snapshot notifications are committed.
                 spec = register(settings, ListenerSpec(name=NAME, filter=FILTER, convert=CONVERT,
                                                        include_current_state=True))
-                follower = Follower(settings, spec)
+                follower = ClientFollower(settings, spec)
                 f = follower
-                snaps = wait_until(lambda f=f: f.state()[2], timeout=90, interval=0.02,
+                snaps = wait_until(lambda f=f: f.count(snapshot=True), timeout=90, interval=0.02,
                                    message=lambda: f"first snapshot notifications\n{_logs(workers)}")
                 second = rng.choice([w for w in workers if w.alive()])
                 second.kill()
@@ -217,14 +182,14 @@ def test_include_current_state_and_live_notifications_under_worker_kills(
         table = table_from(consume_all(settings, settings.state_topic), codec)
         expected = expected_view(table)
         fol = follower
-        view = wait_until(lambda: (v := fol.state()[0]) == expected and v, timeout=90, interval=0.5,
-                          message=lambda: f"view {len(fol.state()[0])} entries vs {len(expected)} expected, "
-                                          f"{sum(1 for k, v in fol.state()[0].items() if expected.get(k) != v)}"
+        view = wait_until(lambda: (v := fol.view_now()) == expected and v, timeout=90, interval=0.5,
+                          message=lambda: f"view {len(fol.view_now())} entries vs {len(expected)} expected, "
+                                          f"{sum(1 for k, v in fol.view_now().items() if expected.get(k) != v)}"
                                           f" differ\n{_logs(workers)}")
         alive = sorted(w.worker_id for w in workers if w.alive())
         raw = consume_all(settings, settings.listener_output_topic)
-        wait_until(lambda: fol.state()[1] + fol.client.duplicates >= len(raw), timeout=30,
-                   message=lambda: f"the client read {fol.state()[1]} + {fol.client.duplicates} "
+        wait_until(lambda: fol.count() + fol.client.duplicates >= len(raw), timeout=30,
+                   message=lambda: f"the client read {fol.count()} + {fol.client.duplicates} "
                                    f"duplicates of {len(raw)} notifications")
         fol.close()
         follower = None

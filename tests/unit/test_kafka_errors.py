@@ -43,3 +43,33 @@ def test_classification() -> None:
     assert type(mapped(KafkaError._ALL_BROKERS_DOWN)) is KafkaRetriableError
     assert all(not mapped(c).refused for c in (KafkaError._TIMED_OUT, KafkaError.NOT_ENOUGH_REPLICAS))
     assert KafkaError.MSG_SIZE_TOO_LARGE in RECORD_ERRORS
+
+
+class _Calls:
+    """A producer whose abort_transaction fails with the given errors, then succeeds."""
+
+    def __init__(self, errors: list[KafkaError]) -> None:
+        self.errors = errors
+        self.calls = 0
+        self.produce = None
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls += 1
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+
+
+def test_transactional_calls_are_repeated_only_when_librdkafka_says_retriable() -> None:
+    from services.worker.kafka import TxnProducer
+
+    # An abort in a state that has no transaction fails the same way every time: raised at
+    # once (the checkpoint then starts a new producer), not called again until the deadline.
+    fake = _Calls([KafkaError(KafkaError._STATE, "Operation not valid in state Ready")] * 1000)
+    producer = TxnProducer({}, transactional=True, factory=lambda conf: fake)
+    with pytest.raises(KafkaRetriableError, match="Operation not valid in state Ready") as info:
+        producer.abort(5.0)
+    assert (info.value.code, fake.calls) == ("_STATE", 1)
+    # A time-out librdkafka calls retriable is resumed.
+    fake = _Calls([KafkaError(KafkaError._TIMED_OUT, "retry call to resume", retriable=True)] * 2)
+    TxnProducer({}, transactional=True, factory=lambda conf: fake).abort(5.0)
+    assert fake.calls == 3
