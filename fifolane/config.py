@@ -99,6 +99,11 @@ class Settings(BaseSettings):
         description="Entity directory (compacted): where each entity lives, so an entity can "
         "change its FIFO group across partitions.",
     )
+    members_topic: str = Field(
+        default="fifolane.members",
+        description="Workers' query addresses (compacted, 1 partition): where clients of the "
+        "query API (fifolane get/scan, StateClient) find the owner of a partition.",
+    )
     state_headers: bool = Field(
         default=False,
         description="Also put fifolane.type/group/version headers on state-topic upserts "

@@ -28,6 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from fifolane.config import Settings
 from fifolane.errors import ConfigError, SerializationError, ValidationError
+from fifolane.partitioner import PARTITIONER
 from fifolane.serde import Codec, SchemaCatalog, make_codec
 
 __all__ = [
@@ -202,6 +203,9 @@ class EventProducer:
             "acks": "all",
             "linger.ms": 5,
             "client.id": f"fifolane-produce-{self.source}",
+            # Java's default partitioner for keyed records (fifolane.partitioner): a group goes
+            # to the same partition whichever client produced it, and readers can compute it.
+            "partitioner": PARTITIONER,
         })
         conf.update(producer_config or {})
         if "delivery.timeout.ms" not in conf and "message.timeout.ms" not in conf:

@@ -44,7 +44,7 @@ __all__ = [
 DEFAULT_HISTORY_WINDOW_MS = 60 * 60 * 1000
 _DELETE_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 #: Role names, in creation order (input first: the others follow its partition count).
-ROLES = ("input", "state", "registry", "dlq", "listener_output", "directory", "parked")
+ROLES = ("input", "state", "registry", "dlq", "listener_output", "directory", "parked", "members")
 #: Configs shown by describe and kept in TopicState.
 _SHOWN_CONFIGS = (
     "cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "retention.ms", "min.insync.replicas",
@@ -84,6 +84,7 @@ def role_names(settings: Settings) -> dict[str, str]:
         "listener_output": settings.listener_output_topic,
         "directory": settings.directory_topic,
         "parked": settings.parked_topic,
+        "members": settings.members_topic,
     }
 
 
@@ -108,6 +109,9 @@ def topic_specs(settings: Settings, partitions: int, history_window_ms: int | No
         TopicSpec("directory", names["directory"], None, compact, compact),
         # Parked groups live in their group's partition number.
         TopicSpec("parked", names["parked"], partitions, compact, compact),
+        # One record per worker (its query address); any partition count works, one keeps
+        # a client's read of it to one partition.
+        TopicSpec("members", names["members"], 1, compact, compact),
     ]
 
 

@@ -80,6 +80,7 @@ def make_settings(bootstrap: str, home: Path | None = None, **overrides: Any) ->
         "listener_output_topic": f"test.notifications.{suffix}",
         "directory_topic": f"test.directory.{suffix}",
         "parked_topic": f"test.parked.{suffix}",
+        "members_topic": f"test.members.{suffix}",
         "partitions": 3,
     }
     if home is not None:

@@ -173,6 +173,7 @@ class WorkerProcess:
             "FIFOLANE_LISTENER_OUTPUT_TOPIC": s.listener_output_topic,
             "FIFOLANE_DIRECTORY_TOPIC": s.directory_topic,
             "FIFOLANE_PARKED_TOPIC": s.parked_topic,
+            "FIFOLANE_MEMBERS_TOPIC": s.members_topic,
             "FIFOLANE_HOME": str(s.home), "FIFOLANE_PARTITIONS": str(s.partitions),
             "PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + str(PROJECT_ROOT / "tests"),
         })

@@ -21,6 +21,7 @@ SUITES: dict[str, str] = {
     "stages": "stages",
     "listeners": "listeners",
     "restore": "restore",
+    "query": "query",
     "spark": "spark",
     "capacity": "capacity",
     "scaling": "scaling",

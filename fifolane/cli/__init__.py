@@ -27,6 +27,8 @@ _COMMANDS: dict[str, str] = {
     "listen": "fifolane.cli.listeners:listen",
     "views": "fifolane.cli.views:views",
     "demo": "fifolane.cli.demo:demo",
+    "get": "fifolane.cli.query:get",
+    "scan": "fifolane.cli.query:scan",
     "plan": "fifolane.cli.plan:plan_command",
 }
 

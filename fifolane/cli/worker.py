@@ -41,10 +41,27 @@ __all__ = ["worker"]
               help="Keep the entity directory, so an entity that changes group leaves its old "
                    "group (README, 'Group changes'). --no-directory saves its cost (about a "
                    "quarter of the table handler's throughput) where entities never change group.")
+@click.option("--query-port", type=click.IntRange(min=0), default=None,
+              help="Serve the query API (docs/formats.md, 'Query API') on this port (0: any free one).")
+@click.option("--query-host", default="127.0.0.1", show_default=True,
+              help="Address the query endpoint binds to (0.0.0.0: every interface).")
+@click.option("--query-advertise", default=None, metavar="HOST",
+              help="Host name clients reach the endpoint at (default: the bind address; this host's "
+                   "name when it binds every interface).")
+@click.option("--query-tls-cert", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Serve the query API over HTTPS with this certificate (PEM; with --query-tls-key).")
+@click.option("--query-tls-key", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="The private key of --query-tls-cert (PEM).")
+@click.option("--query-token-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              default=None, help="Require 'Authorization: Bearer <token>' with the token in this file.")
+@click.option("--standby-replicas", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Warm copies of each partition kept by other workers (needs --query-port).")
 def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_id: str | None,
            guarantee: str, commit_interval: float, retries: int, on_failure: str, state_dir: Path | None,
            metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool,
-           directory: bool) -> None:
+           query_port: int | None, query_host: str, query_advertise: str | None,
+           query_tls_cert: Path | None, query_tls_key: Path | None, query_token_file: Path | None,
+           standby_replicas: int, directory: bool) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
     # SIGTERM/SIGINT leave cleanly from the start: a worker stopped while it still imports
     # and connects (a scale-in right after a scale-out) exits 0 instead of being killed.
@@ -71,6 +88,9 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         commit_interval=commit_interval, retries=retries, state_dir=state_dir,
         on_failure=on_failure,  # type: ignore[arg-type]
         metrics_port=metrics_port, metrics_host=metrics_host, stats_file=stats_file,
+        query_port=query_port, query_host=query_host, query_advertise=query_advertise,
+        query_tls_cert=query_tls_cert, query_tls_key=query_tls_key, query_token_file=query_token_file,
+        standby_replicas=standby_replicas,
         # A stable id given by the operator: static membership, so a restart (or a crash and
         # restart within the session timeout) takes its partitions back without a rebalance.
         static_membership=worker_id is not None,

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from fifolane.errors import WorkerError
 
-__all__ = ["FRAMING", "Limits", "TopicConfigs", "record_size"]
+__all__ = ["FRAMING", "Limits", "TopicConfigs", "buffer_limit", "record_size"]
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +109,18 @@ class TopicConfigs:
                 return None
         value = self.known[topic].get("max.message.bytes")
         return int(value) if value else None
+
+
+def buffer_limit(opts: Any, avg_call: float) -> int:
+    """How many events may wait in group queues (the worker's ``_buffer_limit``).
+
+    A checkpoint drains them all, so they must be handled within about one commit
+    interval (and well within the transaction timeout): with slow handlers the bound
+    shrinks to what ``concurrency`` handlers get through in that time (``avg_call``: the
+    average handler call in seconds, 0 if not known yet).
+    """
+    limit: int = opts.max_buffered
+    if avg_call > 0:
+        c = opts.concurrency
+        limit = min(limit, max(4 * c, int(c * opts.commit_interval / avg_call)))
+    return limit

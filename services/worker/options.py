@@ -49,6 +49,17 @@ class WorkerOptions:
     #: group across partitions; off (``--no-directory``): where entities never change group,
     #: or the input topic has one partition
     directory: bool = True
+    #: the query endpoint (services/worker/query/): port (None: no endpoint; 0: any free
+    #: one), bind address, the address published to clients (default: the bind address, or
+    #: this host's name when it binds every interface), TLS and bearer token
+    query_port: int | None = None
+    query_host: str = "127.0.0.1"
+    query_advertise: str | None = None
+    query_tls_cert: Path | None = None
+    query_tls_key: Path | None = None
+    query_token_file: Path | None = None
+    #: warm copies kept of each partition on other workers (services/worker/query/standby.py)
+    standby_replicas: int = 0
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:
@@ -61,5 +72,10 @@ class WorkerOptions:
             raise ConfigError(f"on_failure must be skip or park, got {self.on_failure!r}")
         if self.retries < 0:
             raise ConfigError(f"retries must be >= 0, got {self.retries}")
+        if self.standby_replicas < 0:
+            raise ConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
+        if self.standby_replicas and self.query_port is None:
+            raise ConfigError("standby replicas serve and hand over through the query endpoint: "
+                              "give --query-port too")
         if not self.worker_id or any(c.isspace() for c in self.worker_id):
             raise ConfigError(f"worker_id must be a non-empty word, got {self.worker_id!r}")

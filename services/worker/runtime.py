@@ -40,11 +40,12 @@ from services.worker.clients import consumer_config, needed_access, producer_con
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import KafkaClients, Record, WorkerConsumer
-from services.worker.limits import Limits, TopicConfigs
+from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
+from services.worker.query.service import attach as attach_query
 from services.worker.rebalance import Rebalance
 from services.worker.scheduler import GroupScheduler
 from services.worker.sink import ChangeSink, Context
@@ -118,6 +119,7 @@ class Worker:
                              self._topic_configs.max_bytes)
         self._retention_ms: int | None = None
         self.clients = clients or KafkaClients(settings.kafka_config())
+        self.query = attach_query(self)  # the query endpoint (services/worker/query/)
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -134,7 +136,7 @@ class Worker:
         self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
-        staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else [])
+        staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()
         self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
         if self.eos:
             # Fences a previous incarnation with the same id and settles its open transaction.
@@ -146,6 +148,7 @@ class Worker:
                                read_state=self._read_state,
                                wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
                                tombstone_retention_ms=self._retention_ms)
+        parts = self.query.start(parts)  # the same parts, with the query endpoint's hooks
         self.stores.marks = parts.changelog_end
         self.assignment = Assignment(self.topics, self.consumer, self.ckpt, stores=self.stores,
                                      directory_stores=self._dir_stores, restore=parts.restore,
@@ -259,18 +262,8 @@ class Worker:
             self._abort(exc)
 
     def _buffer_limit(self) -> int:
-        """How many events may wait in group queues.
-
-        A checkpoint drains them all, so they must be handled within about one commit
-        interval (and well within the transaction timeout): with slow handlers the bound
-        shrinks to what ``concurrency`` handlers get through in that time.
-        """
-        limit = self.opts.max_buffered
-        avg = self.processing.avg_call if self.processing is not None else 0.0
-        if avg > 0:
-            c = self.opts.concurrency
-            limit = min(limit, max(4 * c, int(c * self.opts.commit_interval / avg)))
-        return limit
+        """How many events may wait in group queues (services.worker.limits.buffer_limit)."""
+        return buffer_limit(self.opts, self.processing.avg_call if self.processing is not None else 0.0)
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -285,6 +278,7 @@ class Worker:
             for task in list(self.assignment.restoring.values()):
                 task.cancel()
         self.calls.shutdown()
+        self.query.close()
         self.stores.close_all()
         if self._dir_stores is not None:
             self._dir_stores.close_all()
@@ -328,6 +322,7 @@ class Worker:
             self._write_stats()
             return
         t0 = time.perf_counter()
+        self.query.committing()
         outcome = ckpt.commit()
         if not outcome.committed:
             self._after_abort(outcome)

@@ -282,6 +282,9 @@ class StoreManager:
         self.root = state_dir / name
         #: partition -> the changelog's end now, for the restore marker (None: unknown now)
         self.marks = marks
+        #: called with a partition before its store closes (readers on other threads, such as
+        #: the query endpoint, let go of it first: a live snapshot keeps RocksDB's lock)
+        self.before_close: Callable[[int], None] | None = None
         self._next_marker = 0.0
         self.group_index = group_index
         self.read_value = read_value
@@ -325,6 +328,8 @@ class StoreManager:
         return store
 
     def close(self, partition: int) -> None:
+        if self.before_close is not None and partition in self.stores:
+            self.before_close(partition)
         store = self.stores.pop(partition, None)
         if store is not None:
             store.rollback()

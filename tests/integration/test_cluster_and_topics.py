@@ -69,7 +69,7 @@ def test_transactions_are_read_committed(settings: Settings, producer_factory: C
 
 def test_topics_create_is_idempotent(settings: Settings) -> None:
     first = ensure_topics(settings, partitions=4)
-    assert set(first) == {"input", "state", "registry", "dlq", "listener_output", "directory", "parked"}
+    assert set(first) == {"input", "state", "registry", "dlq", "listener_output", "directory", "parked", "members"}
     assert all(t.created for t in first.values())
     assert first["input"].partitions == first["state"].partitions == first["listener_output"].partitions == 4
     assert first["registry"].partitions == 1

@@ -1,0 +1,203 @@
+"""The query endpoint's HTTP layer (aiohttp, on its own thread and event loop).
+
+Handlers parse the request, call :class:`services.worker.query.answers.Answers` and write
+its JSON with the status code of docs/formats.md ("Query API"). Answers that are not final
+(``behind``: below ``min_position``; ``busy``: a scan raced a commit) are asked again every
+few milliseconds until the request's bounded wait (``wait_ms``, at most 30 s) runs out. The
+poll loop never waits for a reader: readers only read published views.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import ssl
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from fifolane.query import API, BAD_REQUEST, STATUS_CODES, TIMEOUT, UNAUTHORIZED, UNAVAILABLE
+from services.worker.query.answers import BEHIND, BUSY, Answer, Answers
+
+__all__ = ["QueryServer"]
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_MS = 30_000
+#: how long a scan waits for the next view when it raced a commit (no wait_ms given)
+_BUSY_WAIT_S = 2.0
+_RETRY_S = 0.002
+
+
+def _int(req: web.Request, name: str, default: int | None = None) -> int | None:
+    raw = req.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise _Bad(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _bool(req: web.Request, name: str) -> bool:
+    raw = req.query.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0", ""):
+        raise _Bad(f"{name} must be true or false, got {raw!r}")
+    return raw in ("true", "1")
+
+
+class _Bad(Exception):
+    """A request parameter that cannot be read (answered 400)."""
+
+
+def _json(status: str, body: dict[str, Any]) -> web.Response:
+    code = STATUS_CODES.get(status, 500)
+    headers = {"Retry-After": "1"} if code == 503 else None
+    return web.Response(status=code, text=json.dumps(body), content_type="application/json",
+                        headers=headers)
+
+
+class QueryServer:
+    """Serves :class:`Answers` over HTTP(S) on a thread (see the module docstring)."""
+
+    def __init__(self, answers: Answers, routing_json: Callable[[], dict[str, Any]],
+                 partitions_json: Callable[[], dict[str, Any]], *, host: str, port: int,
+                 tls: ssl.SSLContext | None = None, token: str | None = None) -> None:
+        self._answers = answers
+        self._routing = routing_json
+        self._partitions = partitions_json
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._token = token
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+        #: requests answered (metrics and benchmarks)
+        self.requests = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> int:
+        """Bind and serve; returns the bound port (``port=0``: any free one)."""
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            try:
+                loop.run_until_complete(self._bind())
+            except BaseException as exc:  # reported to start()
+                failed.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._unbind())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, name="query-http", daemon=True)
+        self._thread.start()
+        ready.wait(30)
+        if failed:
+            raise failed[0]
+        return self.port
+
+    async def _bind(self) -> None:
+        @web.middleware
+        async def auth(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                       ) -> web.StreamResponse:
+            return await self._auth(request, handler)
+
+        app = web.Application(middlewares=[auth])
+        app.router.add_get(API + "/entities/{type}/{key:.+}", self._entity)
+        app.router.add_get(API + "/groups/{group:.+}", self._group)
+        app.router.add_get(API + "/routing", self._routing_handler)
+        app.router.add_get(API + "/partitions", self._partitions_handler)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self._tls, backlog=512)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+    async def _unbind(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)
+
+    # -- handlers ----------------------------------------------------------------------------
+    async def _auth(self, request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        self.requests += 1
+        if self._token is not None:
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode()):
+                return _json(UNAUTHORIZED, {"status": UNAUTHORIZED,
+                                            "error": "a valid 'Authorization: Bearer <token>' header is required"})
+        try:
+            return await handler(request)
+        except _Bad as exc:
+            return _json(BAD_REQUEST, {"status": BAD_REQUEST, "error": str(exc)})
+
+    async def _retrying(self, req: web.Request, ask: Callable[[], Answer]) -> web.Response:
+        wait_ms = _int(req, "wait_ms", None)
+        if wait_ms is not None and not 0 <= wait_ms <= MAX_WAIT_MS:
+            raise _Bad(f"wait_ms must be 0..{MAX_WAIT_MS}, got {wait_ms}")
+        started = time.monotonic()
+        while True:
+            status, body = ask()
+            if status not in (BEHIND, BUSY):
+                return _json(status, body)
+            limit = (wait_ms / 1000 if wait_ms is not None else 0.0) if status == BEHIND \
+                else max(_BUSY_WAIT_S, (wait_ms or 0) / 1000)
+            if time.monotonic() - started >= limit:
+                if status == BEHIND:
+                    return _json(TIMEOUT, {"status": TIMEOUT, **body, "waited_ms": wait_ms or 0,
+                                           "error": "the partition's committed position did not reach "
+                                                    "min_position within wait_ms"})
+                return _json(UNAVAILABLE, {"status": UNAVAILABLE, **body,
+                                           "error": "the partition is written faster than a scan page "
+                                                    "can be read: retry"})
+            await asyncio.sleep(_RETRY_S)
+
+    async def _entity(self, req: web.Request) -> web.Response:
+        type_name, key = req.match_info["type"], req.match_info["key"]
+        group = req.query.get("group")
+        partition = _int(req, "partition")
+        min_position = _int(req, "min_position")
+        stale = _bool(req, "stale")
+        return await self._retrying(req, lambda: self._answers.entity(
+            type_name, key, group=group, partition=partition, min_position=min_position, stale=stale))
+
+    async def _group(self, req: web.Request) -> web.Response:
+        q = req.query
+        limit = _int(req, "limit", 1000)
+        assert limit is not None
+        partition = _int(req, "partition")
+        min_position = _int(req, "min_position")
+        stale = _bool(req, "stale")
+        group = req.match_info["group"]
+        return await self._retrying(req, lambda: self._answers.group(
+            group, type_name=q.get("type"), prefix=q.get("prefix"), start=q.get("start"), end=q.get("end"),
+            after=q.get("after"), limit=limit, partition=partition, min_position=min_position, stale=stale))
+
+    async def _routing_handler(self, _req: web.Request) -> web.Response:
+        return web.json_response(self._routing())
+
+    async def _partitions_handler(self, _req: web.Request) -> web.Response:
+        return web.json_response(self._partitions())
+
