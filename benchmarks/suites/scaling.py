@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks.cpu_runs import run_workers
@@ -27,7 +28,7 @@ from benchmarks.meters import find_brokers, loadavg
 from benchmarks.scaling_plot import scaling_plot
 from fifolane.capacity import COSTS_FILE, Costs, load_costs, predict_local_rate
 from fifolane.cluster import LocalCluster
-from fifolane.config import Settings
+from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.errors import ConfigError
 from fifolane.serde import SchemaCatalog, make_codec
 
@@ -38,11 +39,19 @@ WORKERS = (1, 2, 3)
 REPLICATION = 3
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the project when inside it (results name no machine's folders)."""
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _costs(bench: Bench) -> tuple[Costs | None, str]:
     """This run's measured costs if the capacity suite ran, else the committed ones."""
     for path in (bench.results_dir / "capacity.json", COSTS_FILE):
         try:
-            return load_costs(path), str(path)
+            return load_costs(path), _shown(path)
         except ConfigError as exc:
             error = str(exc)
     return None, error
