@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--quick", action="store_true")
     cmp.add_argument("--direct", action="store_true",
                      help="the two workers head to head on one input, run by run (benchmarks/ab.py)")
+    cmp.add_argument("--cases", default="", help="with --direct: only these cases, separated by ';' "
+                     "(e.g. 'table ALO;100 general filters')")
     cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
@@ -83,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compare" and args.direct:
         from benchmarks.ab import direct
 
-        return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds)
+        cases = [c.strip() for c in args.cases.split(";") if c.strip()] if args.cases else None
+        return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases)
     if args.command == "compare":
         from benchmarks.compare import compare
 

@@ -15,7 +15,8 @@ record per new entity; that run separates its cost from the rest of the change.
 
 Cases: the table handler exactly-once and at-least-once; exactly-once with 1 and with
 10,000 equality listeners and with 100 general filters (the listeners suite's
-populations). Results: ``<results>/compare/direct.json`` and ``direct.md``.
+populations); ``--cases`` picks some. Results: ``<results>/compare/direct.json`` and
+``direct.md`` (``direct-<cases>.*`` for a pick).
 """
 
 from __future__ import annotations
@@ -64,8 +65,9 @@ def _one(bench: Bench, base: Any, n: int, guarantee: str, specs: list[tuple[str,
     return out
 
 
-def direct(before: Path, results_dir: Path, quick: bool, rounds: int) -> int:
-    """Run every case ``rounds`` times per side, alternating; write and print the table."""
+def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: list[str] | None = None) -> int:
+    """Run every case (or those named in ``cases``) ``rounds`` times per side, alternating;
+    write and print the table."""
     out = results_dir / "compare"
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -77,7 +79,10 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int) -> int:
         base = bench.topic_set("ab", PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
         bench.step(f"pre-producing {n:,} events", n)
         produce_avro(base, events(n), on_progress=bench.advance)
-        for case, (guarantee, specs) in _cases(bench).items():
+        chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
+        if cases and len(chosen) != len(cases):
+            raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
+        for case, (guarantee, specs) in chosen.items():
             for r in range(rounds):
                 for side in (*SIDES, NO_DIRECTORY):
                     if side == "before":
@@ -116,8 +121,10 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int) -> int:
                      f"{med[NO_DIRECTORY] / med['before']:.3f}x | {outs('before')} | {outs('after')} |")
     if mismatched:
         lines += ["", "Outputs differ between the sides (not comparable): " + "; ".join(mismatched)]
-    (out / "direct.json").write_text(json.dumps({"before": str(before), "events": n, "rounds": rounds,
+    name = "direct" if not cases else "direct-" + "-".join(
+        c.lower().replace(" ", "_").replace(",", "") for c in cases)
+    (out / f"{name}.json").write_text(json.dumps({"before": str(before), "events": n, "rounds": rounds,
                                                  "runs": runs, "machine": machine}, indent=1))
-    (out / "direct.md").write_text("\n".join(lines) + "\n")
-    print((out / "direct.md").read_text())
+    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
+    print((out / f"{name}.md").read_text())
     return 1 if mismatched else 0
