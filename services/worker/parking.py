@@ -162,6 +162,10 @@ def parse_parked(records: Iterable[tuple[bytes, bytes | None]], partition: int) 
         parked = groups.get(group)
         if parked is not None:
             parked.held = deque(sorted(records_, key=lambda h: h.seq))
+            # The group's record is written when it parks or releases, not per held record:
+            # its next_seq is behind the held records', which a new owner must not reuse (a
+            # reused key replaces a held record in the compacted topic: an event lost).
+            parked.next_seq = max(parked.next_seq, parked.held[-1].seq + 1)
     return groups
 
 

@@ -113,3 +113,25 @@ def test_an_abort_takes_the_parking_back(tmp_path: Path) -> None:
     w.take([_msg(0, "P1", "FP", customer="poison"), _msg(1, "A1", "FA")])
     w.drain()
     assert list(w.parking.groups) == ["FP"] and applied == ["A1", "A1"]  # once in the aborted one
+
+
+def test_a_new_owner_holds_behind_the_held_records_without_reusing_their_keys(tmp_path: Path) -> None:
+    """The group's record (with next_seq) is written when it parks, not per held record: a
+    new owner that took next_seq from it alone gave the next held record the key of one
+    already held, and compaction kept only one of the two (an event lost)."""
+    from services.worker.parking import Held, Parking, held_key
+
+    healed = [False]
+    w, clients, _applied = _worker(tmp_path, healed)
+    w.take([_msg(0, "P1", "FP", customer="poison"), _msg(1, "P2", "FP"), _msg(2, "P3", "FP")])
+    w.drain()
+    w.checkpoint()
+    loaded = _parked_topic(clients)
+    assert [h.seq for h in loaded["FP"].held] == [0, 1, 2] and loaded["FP"].next_seq == 3
+    produced: list[tuple[str, bytes | None, bytes]] = []
+    owner = Parking("parked", lambda topic, value, key, *_a: produced.append((topic, value, key)))
+    owner.load(0, loaded)
+    nxt = loaded["FP"].held[-1]
+    owner.hold("FP", Held(-1, nxt.key, nxt.value, nxt.headers, 0, 3, nxt.timestamp))
+    assert produced[-1][2] == held_key("FP", 3)
+    assert [h.seq for h in owner.groups["FP"].held] == [0, 1, 2, 3]
