@@ -9,6 +9,11 @@ within seconds; the change is the ratio of the medians. Every run's output is re
 a run whose state or notification count differs from the other side's is reported (a
 faster run that skipped work is no result).
 
+The input is encoded with the older checkout's schemas, which both sides read. This
+checkout's fast path takes only values of the current schema version (others are decoded and
+resolved: slower), so to compare fast paths give the older checkout the current schema files
+(``cp -r schemas/* OLD/schemas/``); the results in benchmarks/results/compare/ were made so.
+
 Each round also runs this checkout with ``--no-directory``: the entity directory (group
 changes across partitions) is a guarantee the older worker did not have, and costs a claim
 record per new entity; that run separates its cost from the rest of the change.
