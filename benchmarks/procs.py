@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fifolane.config import PROJECT_ROOT, Settings
 
-__all__ = ["CONSUMER_PINNED", "WORKER_CODE_ENV", "Commits", "child_env", "pinned_args", "running", "watch_committed",
-           "worker_cmd"]
+__all__ = ["CONSUMER_PINNED", "WORKER_CODE_ENV", "Commits", "child_env", "pinned_args", "read_stats", "running",
+           "watch_committed", "worker_cmd"]
 
 #: librdkafka consumer settings pinned for every librdkafka-based system (the plain loops,
 #: fifolane, Quix Streams). By default a consumer stops fetching for fetch.queue.backoff.ms
@@ -38,6 +39,15 @@ __all__ = ["CONSUMER_PINNED", "WORKER_CODE_ENV", "Commits", "child_env", "pinned
 #: Re-checking the queue every 10 ms instead keeps the same memory bound without the stall.
 #: The Java client (Kafka Streams) has no such back-off. The fifolane worker sets it itself.
 CONSUMER_PINNED: dict[str, str] = {"fetch.queue.backoff.ms": "10"}
+
+
+def read_stats(path: Path) -> dict[str, Any]:
+    """A worker's ``--stats-file`` snapshot ({} while it is not written yet)."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return {}
 
 
 def pinned_args() -> list[str]:

@@ -182,32 +182,30 @@ class StateClient:
             if time.monotonic() - self._refreshed < _REFRESH_MIN_S and self._routing:
                 return
             self._refreshed = time.monotonic()
-            last: Exception | None = None
-            for url in self._candidates():
-                try:
-                    r = self._http.get(url + API + "/routing")
-                except httpx.HTTPError as exc:
-                    last = exc
-                    continue
-                if r.status_code == 200:
-                    self._routing = r.json()
-                    return
-                last = QueryError(f"{url}: routing answered {r.status_code}", status=str(r.status_code))
-            if self._discover is not None:
+            last = self._routing_from(self._candidates())
+            if last is not None and self._discover is not None:
                 found = self._discover()
                 if found:
                     self._seeds = list(dict.fromkeys(found + self._seeds))
-                    for url in found:
-                        try:
-                            r = self._http.get(url + API + "/routing")
-                        except httpx.HTTPError as exc:
-                            last = exc
-                            continue
-                        if r.status_code == 200:
-                            self._routing = r.json()
-                            return
-            if not self._routing:
+                    last = self._routing_from(found)
+            if last is not None and not self._routing:
                 raise QueryError(f"no query endpoint answered ({last})", status=UNAVAILABLE)
+
+    def _routing_from(self, urls: list[str]) -> Exception | None:
+        """Take the routing map from the first of ``urls`` that answers (None), or the last
+        error."""
+        last: Exception | None = None
+        for url in urls:
+            try:
+                r = self._http.get(url + API + "/routing")
+            except httpx.HTTPError as exc:
+                last = exc
+                continue
+            if r.status_code == 200:
+                self._routing = r.json()
+                return None
+            last = QueryError(f"{url}: routing answered {r.status_code}", status=str(r.status_code))
+        return last if last is not None else QueryError("no query endpoint known", status=UNAVAILABLE)
 
     def _candidates(self) -> list[str]:
         urls = [m["url"] for m in self._routing.get("members", []) if m.get("url")]

@@ -33,7 +33,7 @@ from confluent_kafka import Producer
 from benchmarks.events import events, produce_avro
 from benchmarks.harness import Bench, Metric
 from benchmarks.plots import bar_plot
-from benchmarks.procs import child_env, log_tail, running, worker_cmd
+from benchmarks.procs import child_env, log_tail, read_stats, running, worker_cmd
 from fifolane.client import StateClient, member_urls
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.partitioner import PARTITIONER, partition_for
@@ -46,28 +46,20 @@ MURMUR2 = {"partitioner": PARTITIONER}  # the query routing's partitioner (and J
 READERS = 32
 
 
-def _stats(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 def _done(stats: dict[str, Any]) -> int:
     return int(stats.get("processed", 0)) + int(stats.get("superseded", 0)) + int(stats.get("dead_lettered", 0))
 
 
 def _apply_rate(stats_file: Path, target: int, timeout: float, log: Path) -> float:
     """Events/s while the worker applies a backlog up to ``target`` (10% to 90% of it)."""
-    start = _done(_stats(stats_file))
+    start = _done(read_stats(stats_file))
     t0 = time.monotonic()
     lo, hi = start + (target - start) // 10, start + (target - start) * 9 // 10
     t_lo: float | None = None
     t_hi: float | None = None
     deadline = t0 + timeout
     while t_hi is None:
-        done = _done(_stats(stats_file))
+        done = _done(read_stats(stats_file))
         now = time.monotonic()
         if t_lo is None and done >= lo:
             t_lo, lo = now, done
@@ -139,11 +131,11 @@ def reads_under_load(bench: Bench) -> tuple[list[Metric], dict[str, Any]]:
         paced = int(max_rate * 0.5 * seconds * 1.2)
         newer = list(itertools.islice(events(2 * n + paced, entities=entities), 2 * n, None))
         writer = threading.Thread(target=_paced, args=(settings, newer, max_rate * 0.5, stop), daemon=True)
-        before = (_done(_stats(stats_file)), time.monotonic())
+        before = (_done(read_stats(stats_file)), time.monotonic())
         writer.start()
         reader = _reader(url, keys_file, seconds)
         out, _ = reader.communicate(timeout=seconds + 60)
-        after = (_done(_stats(stats_file)), time.monotonic())
+        after = (_done(read_stats(stats_file)), time.monotonic())
         stop.set()
         writer.join(60)
         load = json.loads(out)

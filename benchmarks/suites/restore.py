@@ -8,11 +8,8 @@ in X s" log lines, summed over partitions); peak RSS is sampled with psutil ever
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -20,20 +17,12 @@ from benchmarks.consume import raw_consume
 from benchmarks.events import events, produce_state
 from benchmarks.harness import Bench, Metric
 from benchmarks.meters import restored_from_log
-from benchmarks.procs import child_env, log_tail, running, worker_cmd
+from benchmarks.procs import child_env, log_tail, read_stats, running, worker_cmd
 
 __all__ = ["run"]
 
 PARTITIONS = 6
 RSS_LIMIT_MB = 512
-def _stats(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        return {}
-
-
 def run(bench: Bench) -> None:
     """Write E entities, read them raw, then time a worker's restore and sample its RSS."""
     started = time.monotonic()
@@ -62,7 +51,7 @@ def run(bench: Bench) -> None:
             rss = ps.memory_info().rss
             peak = max(peak, rss)
             samples.append((round(time.monotonic() - t0, 2), rss >> 20))
-            stats = _stats(stats_file)
+            stats = read_stats(stats_file)
             bench.advance(stats.get("restored_records", 0))
             if stats.get("restored_records", 0) >= n and len(stats.get("assigned", [])) == PARTITIONS:
                 break
