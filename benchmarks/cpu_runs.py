@@ -5,13 +5,15 @@ input, drains ``total`` events and measures, from the first commit to the commit
 the last event (as :func:`benchmarks.procs.watch_committed` times every system), the
 events/s and the CPU seconds of the workers and of the local brokers. ``before_drain``
 runs once every worker has joined and holds its partitions (a warm start: the scaling
-suite produces its input then, so no rebalance falls inside the timed part).
+suite produces its input then, so no rebalance falls inside the timed part), on a thread
+beside the watch of the commits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -122,10 +124,25 @@ def run_workers(bench: Bench, settings: Settings, total: int, *, label: str, wor
                         raise RuntimeError(f"{label}: workers hold {_assigned(stats)}/{run.partitions} "
                                            "partitions (exited or too slow)")
                     time.sleep(0.1)  # polling the stats files under a deadline
-                before_drain()
+                # Beside the watch: were the burst produced first, fast workers could apply all
+                # of it before the watch saw a commit, and the run would have nothing to time.
+                failed: list[BaseException] = []
+
+                def produce(fn: Callable[[], None] = before_drain) -> None:
+                    try:
+                        fn()
+                    except BaseException as exc:  # noqa: BLE001 - raised in the caller below
+                        failed.append(exc)
+
+                burst = threading.Thread(target=produce, name="burst", daemon=True)
+                burst.start()
             bench.step(f"{label}: {workers} worker(s) draining", total)
             commits = watch_committed(run.resolved_bootstrap(), group, run.input_topic, run.partitions, total,
                                       timeout=180 + total / 1000, alive=alive, on_progress=progress)
+            if before_drain is not None:
+                burst.join(60)
+                if failed:
+                    raise RuntimeError(f"{label}: producing the input failed: {failed[0]}") from failed[0]
         except (RuntimeError, TimeoutError) as exc:
             tails = "\n".join(f"{log}:\n{log_tail(log, 15)}" for log in logs)
             raise RuntimeError(f"{exc}\n{tails}") from exc
