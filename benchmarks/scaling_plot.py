@@ -35,18 +35,15 @@ def scaling_plot(path: Path, rows: list[dict[str, Any]]) -> None:
         got = [(r["workers"], r["predicted_got_cores"]) for r in rows if r.get("predicted_got_cores")]
         left.scatter([w for w, _ in got], [v for _, v in got], marker="x", color="grey",
                      label="model, cores the run got")
-    left.set_xlabel("worker processes")
-    left.set_ylabel("events/s (exactly-once)")
-    left.set_title("Throughput, 3 brokers on the same 2 cores")
-    left.set_xticks(sorted({r["workers"] for r in rows}))
-    left.set_ylim(bottom=0)
-    left.legend(fontsize=7)
-    right.set_xlabel("worker processes")
-    right.set_ylabel("CPU microseconds per event")
-    right.set_title("CPU per event")
-    right.set_xticks(sorted({r["workers"] for r in rows}))
-    right.set_ylim(bottom=0)
-    right.legend(fontsize=7)
+    workers = sorted({r["workers"] for r in rows})
+    for ax, ylabel, title in ((left, "events/s (exactly-once)", "Throughput, 3 brokers on the same 2 cores"),
+                              (right, "CPU microseconds per event", "CPU per event")):
+        ax.set_xlabel("worker processes")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_xticks(workers)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
