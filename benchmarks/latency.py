@@ -99,7 +99,7 @@ def measure_outputs(bootstrap: str, input_topic: str, outputs: dict[str, tuple[s
     reader = threading.Thread(target=read, name="latency-reader", daemon=True)
     reader.start()
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 0, "queue.buffering.max.messages": 1_000_000})
+                         "linger.ms": 1, "queue.buffering.max.messages": 1_000_000})
 
     def send(rid_key_value: Record) -> None:
         _rid, key, value = rid_key_value
