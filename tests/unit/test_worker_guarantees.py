@@ -421,3 +421,41 @@ def test_a_call_finishing_after_a_commit_writes_in_a_new_transaction(tmp_path: P
     assert _state(clients) == [(b"reservation/R1", 1), (b"reservation/R1", 2)]
     assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 200)]
     w.calls.shutdown()
+
+
+def test_an_exactly_once_commit_flushes_before_it_sends_the_offsets(tmp_path: Path) -> None:
+    """#16: offsets sent while the transaction's first records still wait for
+    AddPartitionsToTxn are refused and retried on a longer back-off, so the commit flushes
+    first. A flush that leaves records undelivered sends no offsets: the transaction aborts
+    and the input is replayed."""
+    w, clients = _worker(tmp_path)
+    fake = clients.fake_producer
+    calls: list[str] = []
+    left = [0]
+    real_send = fake.send_offsets
+
+    def flush(timeout: float) -> int:
+        calls.append("flush")
+        return left[0]
+
+    def send_offsets(offsets: Any, group_metadata: Any, timeout: float) -> None:
+        calls.append("send_offsets")
+        real_send(offsets, group_metadata, timeout)
+
+    fake.flush = flush  # type: ignore[method-assign]
+    fake.send_offsets = send_offsets  # type: ignore[method-assign]
+    batch = [_msg(0, 100, "R1", "F0", 1)]
+    w.take(batch)
+    w.checkpoint()
+    assert calls == ["flush", "send_offsets"]
+    assert (fake.commits, w.stats.aborts) == (1, 0)
+    calls.clear()
+    clients.fake_consumer.offsets[("in", 0)] = 101  # what the broker committed
+    left[0] = 3  # three records not delivered in time
+    w.take([_msg(0, 101, "R2", "F0", 1)])
+    w.checkpoint()
+    assert "send_offsets" not in calls
+    assert (fake.commits, w.stats.aborts) == (1, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 101), ("in", 1, 200)]
+    assert w.stores.stores[0].get(b"reservation/R1") is not None
+    assert w.stores.stores[0].get(b"reservation/R2") is None
