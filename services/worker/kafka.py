@@ -37,6 +37,7 @@ from fifolane.errors import (
     TransactionAbortedError,
     WorkerError,
 )
+from services.worker.clients import merged_config
 from services.worker.txn import guarded
 
 __all__ = [
@@ -342,10 +343,13 @@ class KafkaClients:
         self._base = base  # connection settings (Settings.kafka_config())
 
     def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
-        return WorkerConsumer({**self._base, **conf})
+        return WorkerConsumer(self._merged(conf))
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
-        return TxnProducer({**self._base, **conf}, transactional=transactional)
+        return TxnProducer(self._merged(conf), transactional=transactional)
+
+    def _merged(self, conf: dict[str, Any]) -> dict[str, Any]:
+        return merged_config(self._base, conf)
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""

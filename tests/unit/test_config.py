@@ -10,6 +10,8 @@ import pytest
 
 from fifolane.config import Settings, load_settings
 from fifolane.errors import ConfigError
+from services.worker.clients import consumer_config, merged_config, producer_config
+from services.worker.options import WorkerOptions
 
 
 @pytest.fixture(autouse=True)
@@ -170,3 +172,21 @@ def test_replication_factor_zero_or_below_minus_one_is_refused(
     with pytest.raises(ConfigError, match=rf"replication_factor must be >= 1, or -1 for the brokers' "
                                           rf"default.replication.factor; got {value}"):
         load_settings()
+
+
+def test_user_tuning_keys_win_and_guarantee_keys_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIFOLANE_LIBRDKAFKA may raise the worker's fetch wait (fewer fetch requests from an
+    idle worker, at the cost of latency) or its linger; it cannot switch off what the
+    guarantees need (committed reads, manual offsets, idempotence)."""
+    monkeypatch.setenv("FIFOLANE_LIBRDKAFKA", json.dumps({
+        "fetch.wait.max.ms": "100", "linger.ms": "5", "isolation.level": "read_uncommitted",
+        "enable.auto.commit": "true", "enable.idempotence": "false"}))
+    base = Settings().kafka_config()
+    opts = WorkerOptions(worker_id="w1", guarantee="exactly-once")
+    consumer = merged_config(base, consumer_config(opts, "g"))
+    producer = merged_config(base, producer_config(opts, "g"))
+    assert (consumer["fetch.wait.max.ms"], producer["linger.ms"]) == ("100", "5")
+    assert (consumer["isolation.level"], consumer["enable.auto.commit"]) == ("read_committed", False)
+    assert producer["enable.idempotence"] is True
+    defaults = merged_config({"bootstrap.servers": "b:9092"}, consumer_config(opts, "g"))
+    assert defaults["fetch.wait.max.ms"] == 5
