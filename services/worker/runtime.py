@@ -336,11 +336,11 @@ class Worker:
             # A safe point: nothing in flight, nothing staged, no open transaction.
             self.sink.after_commit()
         ms = (t1 - t0) * 1000
-        # Commit round trips block the loop: while input waits (full batches), space
-        # checkpoints so they cost at most ~10% of the time (a slow broker then means fewer,
-        # larger transactions, not a stalled worker); with headroom, at most ~25%.
-        spacing = (9 if self._behind else 3) * (t1 - t0)
-        self._next_checkpoint = time.monotonic() + min(max(self.opts.commit_interval, spacing), 5.0)
+        # Commits block the loop: while input waits (full batches) they cost at most ~10% of
+        # the time (a slow broker: fewer, larger transactions); with headroom ~25%.
+        gap = min(self.opts.commit_interval, 3 * (t1 - t0)) if not self._behind else \
+            min(max(self.opts.commit_interval, 9 * (t1 - t0)), 5.0)
+        self._next_checkpoint = time.monotonic() + gap
         self.stats.commits += 1
         self.stats.last_commit_ms = ms
         self.stats.commit_ms_total += ms
