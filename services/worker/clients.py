@@ -48,9 +48,9 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     whenever its queue holds more than ``queued.min.messages``; one fetch response of small
     events across six partitions is enough to trip it, and the worker then idled most of
     each second (benchmarks/README.md, "the bimodal loop"). 10 ms keeps the queue fed.
-    ``fetch.wait.max.ms`` 5 (not 50): a record that arrives while the fetch of an idle
-    consumer waits on the broker reached the worker ~20 ms later on average with 50 ms
-    (at-least-once end-to-end p50 43 -> 21 ms at 2,000 events/s; benchmarks/README.md).
+    ``fetch.wait.max.ms`` 50: 5 ms halved the at-least-once end-to-end p50 at 2,000
+    events/s (43 -> 21 ms), but cost at-least-once throughput a third (0.66-0.71x head to
+    head, 15 ms too); users who want the latency set it (a tuning key, benchmarks/README.md).
     """
     return {
         "group.id": group_id,
@@ -63,7 +63,7 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
         "max.poll.interval.ms": 300_000,
-        "fetch.wait.max.ms": 5,
+        "fetch.wait.max.ms": 50,
         "fetch.queue.backoff.ms": 10,
         **({"group.instance.id": opts.worker_id} if opts.static_membership else {}),
     }

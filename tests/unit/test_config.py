@@ -189,4 +189,4 @@ def test_user_tuning_keys_win_and_guarantee_keys_do_not(monkeypatch: pytest.Monk
     assert (consumer["isolation.level"], consumer["enable.auto.commit"]) == ("read_committed", False)
     assert producer["enable.idempotence"] is True
     defaults = merged_config({"bootstrap.servers": "b:9092"}, consumer_config(opts, "g"))
-    assert defaults["fetch.wait.max.ms"] == 5
+    assert defaults["fetch.wait.max.ms"] == 50
