@@ -10,7 +10,7 @@ from services.worker.options import WorkerOptions
 if TYPE_CHECKING:
     from services.worker.assignment import Topics
 
-__all__ = ["PRODUCER_BATCHING", "TUNING_KEYS", "merged_config", "consumer_config", "needed_access", "producer_config"]
+__all__ = ["PRODUCER_BATCHING", "consumer_config", "needed_access", "producer_config"]
 
 #: Producer batching of the worker (also used by the benchmarks' plain loops): 20 ms of
 #: lingering makes larger produce requests; at 75k records/s that saved the broker (on the
@@ -22,22 +22,6 @@ PRODUCER_BATCHING: dict[str, int] = {
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1 << 20,
 }
-
-
-#: librdkafka keys that only trade latency, throughput or load on the broker: a value set in
-#: ``FIFOLANE_LIBRDKAFKA`` replaces the worker's default (every other key of the worker's own
-#: settings is needed for its guarantees and is kept).
-TUNING_KEYS = frozenset({"fetch.wait.max.ms", "fetch.queue.backoff.ms", "fetch.min.bytes",
-                         "fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages",
-                         "linger.ms", "batch.num.messages", "batch.size",
-                         "queue.buffering.max.messages", "queue.buffering.max.kbytes",
-                         "compression.type", "socket.nagle.disable"})
-
-
-def merged_config(base: dict[str, Any], conf: dict[str, Any]) -> dict[str, Any]:
-    """A worker client's settings (``conf``) over the connection settings (``base``), except
-    the :data:`TUNING_KEYS` set in ``base`` (``FIFOLANE_LIBRDKAFKA``): the user's value wins."""
-    return {**base, **conf, **{k: v for k, v in base.items() if k in TUNING_KEYS}}
 
 
 def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:

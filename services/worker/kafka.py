@@ -37,7 +37,7 @@ from fifolane.errors import (
     TransactionAbortedError,
     WorkerError,
 )
-from services.worker.clients import merged_config
+from services.worker.tuning import merged_config
 from services.worker.txn import guarded
 
 __all__ = [

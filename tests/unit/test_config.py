@@ -10,8 +10,9 @@ import pytest
 
 from fifolane.config import Settings, load_settings
 from fifolane.errors import ConfigError
-from services.worker.clients import consumer_config, merged_config, producer_config
+from services.worker.clients import consumer_config, producer_config
 from services.worker.options import WorkerOptions
+from services.worker.tuning import merged_config
 
 
 @pytest.fixture(autouse=True)
