@@ -251,8 +251,8 @@ class Checkpoint:
         # Exactly-once flushes before it sends the offsets: the transaction's first records
         # wait for AddPartitionsToTxn, which the coordinator refuses (CONCURRENT_TRANSACTIONS)
         # while it still writes the previous commit's markers; an AddOffsetsToTxn sent then is
-        # refused too and retried on a longer backoff. Flushing first halved the commit (about
-        # 100 -> 50 ms at 2,000 events/s; benchmarks/README.md, "Latency").
+        # refused too and retried on a longer backoff. Flushing first halved the commit on a quiet
+        # machine (100 -> 50 ms at 2,000 events/s; benchmarks/README.md, "Latency").
         left = producer.flush(CALL_TIMEOUT)
         if self.eos and not left:
             if offsets:

@@ -343,13 +343,10 @@ class KafkaClients:
         self._base = base  # connection settings (Settings.kafka_config())
 
     def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
-        return WorkerConsumer(self._merged(conf))
+        return WorkerConsumer(merged_config(self._base, conf))
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
-        return TxnProducer(self._merged(conf), transactional=transactional)
-
-    def _merged(self, conf: dict[str, Any]) -> dict[str, Any]:
-        return merged_config(self._base, conf)
+        return TxnProducer(merged_config(self._base, conf), transactional=transactional)
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""
