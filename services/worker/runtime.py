@@ -226,11 +226,15 @@ class Worker:
             if not msgs and sched.idle():
                 if ckpt.is_open and ckpt.eos:
                     # The input went idle (nothing fetched waits): commit now, so what was
-                    # taken is visible without waiting for the interval (at-least-once output
-                    # is visible uncommitted: its commits keep to the interval).
+                    # taken is visible without waiting for the interval.
                     self.checkpoint()
                     return
                 first = consumer.poll(0.1)
+                if first is None and ckpt.is_open:
+                    # At-least-once output is visible uncommitted, so only a pause of the
+                    # input (100 ms with nothing) commits before the interval: not every gap.
+                    self.checkpoint()
+                    return
                 if first is not None:
                     msgs = [first, *consumer.consume(n - 1, timeout=0)] if n > 1 else [first]
             got = len(msgs)

@@ -459,3 +459,24 @@ def test_an_exactly_once_commit_flushes_before_it_sends_the_offsets(tmp_path: Pa
     assert sorted(clients.fake_consumer.seeks) == [("in", 0, 101), ("in", 1, 200)]
     assert w.stores.stores[0].get(b"reservation/R1") is not None
     assert w.stores.stores[0].get(b"reservation/R2") is None
+
+
+def test_at_least_once_commits_when_the_input_pauses_not_at_every_gap(tmp_path: Path) -> None:
+    """#16 and #13: at-least-once output is visible uncommitted, so a gap between fetches
+    (the next record arrives within the 100 ms wait) does not commit, while a pause (the wait
+    ends with nothing) commits at once rather than at the interval: the input offsets do not
+    lag behind the output by a whole interval after a burst."""
+    w, clients = _worker(tmp_path, guarantee="at-least-once", commit_interval=600.0)
+    consumer = clients.fake_consumer
+    arriving = [_msg(0, 101, "R2", "F0", 1)]
+    consumer.poll = lambda timeout: arriving.pop(0) if arriving else None  # type: ignore[method-assign]
+    consumer.batches.append([_msg(0, 100, "R1", "F0", 1)])
+    w.poll_once()  # takes R1
+    w.poll_once()  # nothing fetched; R2 arrives within the wait: taken, no commit
+    assert (w.stats.commits, w.stats.consumed) == (0, 2)
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/R1", b"reservation/R2"]
+    w.poll_once()  # the wait ends with nothing: commit now
+    assert w.stats.commits == 1
+    assert w.committed
+    w.poll_once()  # still nothing, and nothing open: no empty commits
+    assert w.stats.commits == 1
