@@ -19,7 +19,7 @@ from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint_bytes
-from fifolane.serde.scan import Scanner, compile_scanner
+from fifolane.serde.scan import Scanner, compile_scanner, reads_unchanged
 
 __all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC", "Scan"]
 
@@ -80,9 +80,10 @@ class Codec(Protocol):
 
     def scanner(self, types: Collection[str]) -> Scan:
         """A shortcut for upserts of ``types``: read only the key, group and version of a
-        value written with the current schema of its type (without building the record).
-        None means "decode it": a delete, another type or writer schema, a schema that is
-        not flat, or anything invalid (decode() then names the error)."""
+        value written with the current schema of its type, or an older one that resolves
+        into it unchanged (without building the record). None means "decode it": a delete,
+        another type or writer schema, a schema that is not flat, or anything invalid
+        (decode() then names the error)."""
         ...
 
 
@@ -132,9 +133,12 @@ class AvroCodec:
         return self._delete(record)
 
     def _scanner_of(self, writer: WriterSchema, types: Collection[str]) -> Scanner | None:
-        """The field scanner for values of ``writer`` if it is a current schema of ``types``."""
+        """The field scanner for values of ``writer`` if it is a schema of ``types``: the
+        current one, or an older one whose values resolve unchanged into it."""
         entity = writer.entity
-        if entity is None or writer.reader is not None or entity.name not in types:
+        if entity is None or entity.name not in types:
+            return None
+        if writer.reader is not None and not reads_unchanged(writer.schema, writer.reader):
             return None
         return compile_scanner(writer.schema, (entity.key_path, entity.group_path, entity.version_field))
 

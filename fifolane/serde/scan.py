@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-__all__ = ["Scanner", "compile_scanner", "round_trip_types"]
+__all__ = ["Scanner", "compile_scanner", "reads_unchanged", "round_trip_types"]
 
 #: ``(data, offset of the body) -> the wanted values in the order asked, or None``.
 Scanner = Callable[[bytes, int], "list[Any] | None"]
@@ -202,3 +202,45 @@ def round_trip_types(schema: dict[str, Any]) -> dict[str, frozenset[type]] | Non
             return None
         out[field["name"]] = frozenset(t for t in types if t is not None)
     return out
+
+
+def reads_unchanged(writer: dict[str, Any], reader: dict[str, Any]) -> bool:
+    """Whether every body of the record schema ``writer`` resolves into ``reader`` with the
+    same values in the fields both have, and never fails: same record name, no aliases, and
+    each shared field of the same flat type (an enum may gain symbols), a default for
+    each field the writer lacks. Then a field
+    scanner of the writer schema answers what a decode into ``reader`` would (the fields the
+    reader adds come from their defaults, the ones it dropped are skipped)."""
+    if writer.get("type") != "record" or writer.get("name") != reader.get("name"):
+        return False
+    wfields, rfields = writer.get("fields") or [], reader.get("fields") or []
+    if any(f.get("aliases") for f in (*wfields, *rfields)):
+        return False
+    by_name = {f["name"]: f for f in rfields}
+    written = {f["name"] for f in wfields}
+    if any(f["name"] not in written and "default" not in f for f in rfields):
+        return False  # resolution fails: decode() names the missing field
+    return all(f["name"] not in by_name or _same_type(f["type"], by_name[f["name"]]["type"])
+               for f in wfields)
+
+
+def _same_type(w: Any, r: Any) -> bool:
+    if isinstance(w, list) or isinstance(r, list):
+        return (isinstance(w, list) and isinstance(r, list) and len(w) == len(r)
+                and all(_same_type(a, b) for a, b in zip(w, r, strict=True)))
+    if isinstance(w, dict) and isinstance(r, dict):
+        if "logicalType" in w or "logicalType" in r or w.get("type") != r.get("type"):
+            return False
+        kind = w.get("type")
+        if kind == "enum":
+            return w.get("name") == r.get("name") and set(w["symbols"]) <= set(r["symbols"])
+        if kind == "fixed":
+            return w.get("name") == r.get("name") and w.get("size") == r.get("size")
+        return kind in _FLAT
+    w = w.get("type") if isinstance(w, dict) and set(w) == {"type"} else w
+    r = r.get("type") if isinstance(r, dict) and set(r) == {"type"} else r
+    return isinstance(w, str) and w == r and w in _FLAT
+
+
+#: Avro primitive types (a named type referred to by name is not compared: scanners decline it).
+_FLAT = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})

@@ -182,3 +182,50 @@ def test_record_the_broker_refuses_later_is_found_and_dead_lettered(settings: Se
     [dead] = read_dlq(settings)
     assert dead["reason"] == "output-refused" and dead["key"] == b"F1"
     assert "INVALID_RECORD" in dead["error"] or "CORRUPT" in dead["error"], dead["error"]
+
+
+def test_values_of_older_schema_versions_are_applied_like_current_ones(settings: Settings, topics: Any) -> None:
+    """Producers still on v1 or v2 of the reservation schema (schemas/history): the worker
+    applies those values (its scanner reads them: they resolve unchanged), keeps their bytes
+    in the state topic, drops a stale one whatever its version's schema, and dead-letters a
+    damaged one."""
+    from io import BytesIO
+
+    import fastavro
+    from confluent_kafka import Producer
+    from worker_support import CATALOG
+
+    from fifolane.serde import make_codec
+    from fifolane.serde.fingerprint import fingerprint_bytes
+
+    def old(name: str, rec: dict[str, Any]) -> bytes:
+        writer = next(w for w in CATALOG.writers.values() if w.where.endswith(name))
+        body = BytesIO()
+        fastavro.schemaless_writer(body, writer.schema, rec)
+        return b"\xc3\x01" + fingerprint_bytes(writer.fingerprint) + body.getvalue()
+
+    v1 = {k: v for k, v in reservation("V1", "LH1", 3, seats=2).items() if k != "customer_id"}
+    values = [
+        (b"LH1", old("reservation.v1.avsc", v1)),
+        (b"LH1", old("reservation.v2.avsc", reservation("V2", "LH1", 4, seats=3, state="CONFIRMED"))),
+        (b"LH2", make_codec(settings, CATALOG).encode("reservation", reservation("CUR", "LH2", 7, state="TICKETED"))),
+        (b"LH2", old("reservation.v2.avsc", reservation("CUR", "LH2", 6))),  # older: stale
+        (b"LH1", old("reservation.v2.avsc", reservation("V2", "LH1", 5, seats=4))),
+        (b"LH2", old("reservation.v2.avsc", reservation("BAD", "LH2", 1))[:-3]),  # damaged body
+    ]
+    producer = Producer(settings.kafka_config(**{"enable.idempotence": True}))
+    for key, value in values:
+        producer.produce(settings.input_topic, value, key)
+    assert producer.flush(30) == 0
+    with WorkerThread(settings) as w:
+        wait_accounted([w], len(values))
+    assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (4, 1, 1)
+    table = read_table(settings)
+    assert table == {
+        "reservation/V1": (3, {**v1, "customer_id": ""}),
+        "reservation/V2": (5, reservation("V2", "LH1", 5, seats=4)),
+        "reservation/CUR": (7, reservation("CUR", "LH2", 7, state="TICKETED")),
+    }
+    state = {m.key(): m.value() for m in consume_all(settings, settings.state_topic)}
+    assert state[b"reservation/V2"] == values[4][1]  # the bytes the producer wrote
+    assert [d["reason"] for d in read_dlq(settings)] == ["undecodable"]

@@ -141,3 +141,76 @@ def test_codec_scanner_only_for_current_upserts_of_the_asked_types() -> None:
     assert scan(value[:-1]) is None and scan(value + b"\x00") is None
     assert scan(b"\xc3\x01" + bytes(8) + b"\x02") is None  # unknown fingerprint
     assert scan(None) is None  # type: ignore[arg-type]
+
+
+def _history_writer(codec: Any, name: str) -> tuple[Any, bytes]:
+    """A history writer schema of the bundled catalog and its single-object header."""
+    from fifolane.serde.fingerprint import fingerprint_bytes
+
+    writer = next(w for w in codec.catalog.writers.values() if w.where.endswith(name))
+    return writer, b"\xc3\x01" + fingerprint_bytes(writer.fingerprint)
+
+
+@pytest.mark.parametrize("version_file", ["reservation.v1.avsc", "reservation.v2.avsc"])
+def test_codec_scanner_reads_older_writer_schemas_as_decode_does(version_file: str) -> None:
+    """Values of an older schema version that resolve unchanged into the current one (v2
+    lacks an enum symbol, v1 also a field with a default) take the scanner too, and it
+    answers exactly what a decode answers, and nothing for a body decode refuses."""
+    codec = make_codec(Settings(), SchemaCatalog.load(Settings().schemas_dir))
+    writer, header = _history_writer(codec, version_file)
+    assert writer.reader is not None  # an older version: decoded with resolution
+    scan = codec.scanner({"reservation"})
+    rng = random.Random(7)
+    accepted = 0
+    for i in range(400):
+        record = {"reservation_id": f"R{i}\u00e9", "flight_number": f"F{rng.randrange(9)}", "customer_id": "c",
+                  "seats": rng.randrange(-5, 9), "amount": rng.random(),
+                  "state": rng.choice(["NEW", "CONFIRMED", "REJECTED", "CANCELLED"]),
+                  "version": rng.randrange(0, 2**40)}
+        body = BytesIO()
+        fastavro.schemaless_writer(body, writer.schema, record)
+        value = header + body.getvalue()
+        if i % 2:  # damaged: cut, grown, or a byte changed
+            b = bytearray(value)
+            j = rng.randrange(10, len(b))
+            value = bytes(b[:j]) if i % 3 == 0 else bytes(b) + b"\x00" if i % 3 == 1 else \
+                bytes(b[:j]) + bytes([rng.randrange(256)]) + bytes(b[j + 1:])
+        try:
+            decoded = codec.decode(value)
+            expected: list[Any] | None = [decoded.key, decoded.group, decoded.version]
+        except Exception:  # noqa: BLE001 - any refusal counts
+            expected = None
+        found = scan(value)
+        if found is not None:
+            accepted += 1
+            assert expected is not None, f"scanner accepted a value decode refuses: {value.hex()}"
+            assert found[0].name == "reservation" and found[1] == expected
+    assert accepted >= 200  # every intact value, and the damage that decodes the same
+
+
+@pytest.mark.parametrize("change", ["promoted", "lost symbol", "alias", "no default", "renamed record"])
+def test_writer_schemas_that_resolve_with_changes_are_decoded_not_scanned(change: str) -> None:
+    """A writer schema whose values would change (or fail) on resolution gets no scanner."""
+    from fifolane.serde.scan import reads_unchanged
+
+    def schema(version: str = "long", symbols: tuple[str, ...] = ("A", "B"), name: str = "R",
+               extra: dict[str, Any] | None = None, alias: bool = False) -> dict[str, Any]:
+        fields: list[dict[str, Any]] = [
+            {"name": "id", "type": "string", **({"aliases": ["ident"]} if alias else {})},
+            {"name": "s", "type": {"type": "enum", "name": "S", "symbols": list(symbols)}},
+            {"name": "version", "type": version}]
+        return fastavro.parse_schema({"type": "record", "name": name,
+                                      "fields": fields + ([extra] if extra else [])}, named_schemas={})
+
+    reader = schema()
+    assert reads_unchanged(schema(symbols=("A",)), reader)  # the reader gained a symbol
+    assert reads_unchanged(schema(extra={"name": "gone", "type": "double"}), reader)  # dropped
+    assert reads_unchanged(schema(), schema(extra={"name": "new", "type": "int", "default": 0}))
+    writer, current = {
+        "promoted": (schema(version="int"), reader),
+        "lost symbol": (schema(symbols=("A", "B", "C")), reader),
+        "alias": (schema(), schema(alias=True)),
+        "no default": (schema(), schema(extra={"name": "new", "type": "int"})),
+        "renamed record": (schema(name="Q"), reader),
+    }[change]
+    assert not reads_unchanged(writer, current)
