@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                      help="the two workers head to head on one input, run by run (benchmarks/ab.py)")
     cmp.add_argument("--cases", default="", help="with --direct: only these cases, separated by ';' "
                      "(e.g. 'table ALO;100 general filters')")
+    cmp.add_argument("--events", type=int, default=None,
+                     help="with --direct: input size (default 200,000; longer runs spread less)")
+    cmp.add_argument("--without-directory-only", action="store_true",
+                     help="with --direct: skip this checkout's run with the entity directory")
     cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
@@ -86,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.ab import direct
 
         cases = [c.strip() for c in args.cases.split(";") if c.strip()] if args.cases else None
-        return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases)
+        return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases,
+                      args.events, not args.without_directory_only)
     if args.command == "compare":
         from benchmarks.compare import compare
 

@@ -70,15 +70,18 @@ def _one(bench: Bench, base: Any, n: int, guarantee: str, specs: list[tuple[str,
     return out
 
 
-def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: list[str] | None = None) -> int:
+def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: list[str] | None = None,
+           events_n: int | None = None, with_directory: bool = True) -> int:
     """Run every case (or those named in ``cases``) ``rounds`` times per side, alternating;
-    write and print the table."""
+    write and print the table. ``events_n``: input size (default 200,000); longer runs
+    spread less. ``with_directory=False``: leave out this checkout's run with the entity
+    directory (a third of the time), comparing only the workers without it."""
     out = results_dir / "compare"
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     t0 = time.monotonic()
     with Bench(quick=quick, results_dir=out) as bench:
-        n = bench.size(200_000, 30_000)
+        n = events_n or bench.size(200_000, 30_000)
         # Encoded with the older checkout's schemas: this one reads those (schemas/history),
         # while an older worker dead-letters values of a schema version it never saw.
         base = bench.topic_set("ab", PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
@@ -89,7 +92,7 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
             raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
         for case, (guarantee, specs) in chosen.items():
             for r in range(rounds):
-                for side in (*SIDES, NO_DIRECTORY):
+                for side in (*SIDES, NO_DIRECTORY) if with_directory else ("before", NO_DIRECTORY):
                     if side == "before":
                         os.environ[WORKER_CODE_ENV] = str(before.resolve())
                     else:
@@ -121,9 +124,11 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
         if len({outs(s) for s in sides}) > 1:
             mismatched.append(case)
         rates = {s: ", ".join(f"{x['events_per_s']:,.0f}" for x in sides[s]) for s in sides}
-        lines.append(f"| {case} | {rates['before']} | {rates['after']} | "
-                     f"{med['after'] / med['before']:.3f}x | {rates[NO_DIRECTORY]} | "
-                     f"{med[NO_DIRECTORY] / med['before']:.3f}x | {outs('before')} | {outs('after')} |")
+        after = f"{med['after'] / med['before']:.3f}x" if "after" in sides else "not run"
+        lines.append(f"| {case} | {rates['before']} | {rates.get('after', 'not run')} | "
+                     f"{after} | {rates[NO_DIRECTORY]} | "
+                     f"{med[NO_DIRECTORY] / med['before']:.3f}x | {outs('before')} | "
+                     f"{outs('after' if 'after' in sides else NO_DIRECTORY)} |")
     if mismatched:
         lines += ["", "Outputs differ between the sides (not comparable): " + "; ".join(mismatched)]
     name = "direct" if not cases else "direct-" + "-".join(
