@@ -53,6 +53,9 @@ __all__ = ["KINDS", "Change", "ListenerLike", "ListenerSet", "ListenerStats", "N
 
 #: CPU seconds one CEL evaluation may take before it counts against its listeners.
 BUDGET_S = 0.05
+
+#: No filter accepted a state (shared, never changed).
+_NO_HITS: Mapping[str, Any] = MappingProxyType({})
 #: Overruns within the window that make a listener over budget.
 OVERRUNS, OVERRUN_WINDOW_S = 3, 60.0
 
@@ -153,12 +156,20 @@ class ListenerSet:
         plan = self._plans.plan(type_)
         if plan is None:
             return []
-        ctx = Contexts(type_, key, new, old, table_change, meta, plan.needs)
-        new_hits = self._hits(plan, ctx, "new", new, ()) if new is not None else {}
-        old_hits = self._hits(plan, ctx, "old", UNSET, known) if old is not None else {}
+        # The contexts are built only when an expression, the old state or a notification
+        # needs them: most changes of an indexed listener set end at an index miss.
+        args = (type_, key, new, old, table_change, meta, plan.needs)
+        ctx: Contexts | None = None
+        new_hits = old_hits = _NO_HITS
+        if new is not None:
+            new_hits, ctx = self._hits(plan, args, ctx, "new", new, ())
+        if old is not None:
+            old_hits, ctx = self._hits(plan, args, ctx, "old", UNSET, known)
         transition = plan.transition
         if not (new_hits or old_hits or transition):
             return []
+        if ctx is None:
+            ctx = Contexts(*args)
         out: list[Notification] = []
         notify = self._notify
         for norm, f in old_hits.items():  # in the view before: it stays or leaves
@@ -171,18 +182,24 @@ class ListenerSet:
                 notify(f, table_change, ctx, out)
         return out
 
-    def _hits(self, plan: Plan, ctx: Contexts, side: str, state: Any,
-              known: tuple[Known, ...]) -> dict[str, Filter]:
-        """The filters that accept the ``side`` state (``new`` or ``old``), in step order.
+    def _hits(self, plan: Plan, args: tuple[Any, ...], ctx: Contexts | None, side: str, state: Any,
+              known: tuple[Known, ...]) -> tuple[Mapping[str, Filter], Contexts | None]:
+        """The filters that accept the ``side`` state (``new`` or ``old``), in step order,
+        and the change's contexts (built from ``args`` here if ``ctx`` is None and an
+        expression or the old state is needed).
 
-        ``state`` is the state, or UNSET to decode it from ``ctx`` when first needed. Each
-        filter runs at most once; a pure equality does not run at all (the index decided).
+        ``state`` is the state, or UNSET to decode it from the contexts when first needed.
+        Each filter runs at most once; a pure equality does not run at all (the index decided).
         """
-        hits: dict[str, Filter] = {}
+        hits: dict[str, Filter] | None = None
         for general, path, name, buckets in plan.steps:
             if general is not None:
+                if ctx is None:
+                    ctx = Contexts(*args)
                 if state is UNSET:
                     state = ctx.old_state()
+                if hits is None:
+                    hits = {}
                 self._run_general(general, ctx, state, side, hits)
                 continue
             for kp, kv in known:
@@ -191,20 +208,26 @@ class ListenerSet:
                     break
             else:
                 if state is UNSET:
+                    if ctx is None:
+                        ctx = Contexts(*args)
                     state = ctx.old_state()
                 v = state.get(name, MISSING) if name is not None and type(state) is dict else lookup(state, path)
             bucket = buckets.get(("s", v)) if type(v) is str else _bucket(v, buckets)
             if not bucket:
                 continue
+            if hits is None:
+                hits = {}
             for norm, f in bucket.items():
                 if f.eval_expr is None:
                     hits[norm] = f
                     continue
+                if ctx is None:
+                    ctx = Contexts(*args)
                 if state is UNSET:
                     state = ctx.old_state()
                 if self._run(f, ctx, state, side):
                     hits[norm] = f
-        return hits
+        return (_NO_HITS if hits is None else hits), ctx
 
     def _run_general(self, general: General, ctx: Contexts, state: Any, side: str,
                      hits: dict[str, Filter]) -> None:  # fmt: skip
