@@ -92,7 +92,10 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
             raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
         for case, (guarantee, specs) in chosen.items():
             for r in range(rounds):
-                for side in (*SIDES, NO_DIRECTORY) if with_directory else ("before", NO_DIRECTORY):
+                order = (*SIDES, NO_DIRECTORY) if with_directory else ("before", NO_DIRECTORY)
+                # ABBA: every other round in reverse, so a drift of the machine during the
+                # run (the broker's log cleaner catching up, say) favours neither side.
+                for side in order if r % 2 == 0 else order[::-1]:
                     if side == "before":
                         os.environ[WORKER_CODE_ENV] = str(before.resolve())
                     else:
@@ -107,7 +110,8 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
     took = time.monotonic() - t0
     lines = [f"# Head to head: the worker of {before} (before) vs this checkout's (after)", "",
              f"{machine.get('cpu_count', '?')} CPUs, {machine['kafka']}; {n:,} events, {PARTITIONS} "
-             f"partitions, one input for every run; {rounds} run(s) per side and case, alternating; "
+             f"partitions, one input for every run; {rounds} run(s) per side and case, alternating (every "
+             f"other round in reverse order); "
              f"{took:.0f} s. Outputs: state records / notifications read back (read_committed) per run, dead letters if any.", "",
              "| case | before events/s (runs) | after events/s (runs) | after / before (medians) "
              "| after --no-directory events/s (runs) | its / before | outputs before | outputs after |",
