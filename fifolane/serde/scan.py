@@ -206,11 +206,11 @@ def round_trip_types(schema: dict[str, Any]) -> dict[str, frozenset[type]] | Non
 
 def reads_unchanged(writer: dict[str, Any], reader: dict[str, Any]) -> bool:
     """Whether every body of the record schema ``writer`` resolves into ``reader`` with the
-    same values in the fields both have, and never fails: same record name, no aliases, and
-    each shared field of the same flat type (an enum may gain symbols), a default for
-    each field the writer lacks. Then a field
-    scanner of the writer schema answers what a decode into ``reader`` would (the fields the
-    reader adds come from their defaults, the ones it dropped are skipped)."""
+    same values in the fields both have, and never fails: same record name, no aliases,
+    each shared field of the same flat type (an enum may gain symbols), and a default for
+    each field the writer lacks. Then a field scanner of the writer schema answers what a
+    decode into ``reader`` would (the fields the reader adds come from their defaults, the
+    ones it dropped are skipped)."""
     if writer.get("type") != "record" or writer.get("name") != reader.get("name"):
         return False
     wfields, rfields = writer.get("fields") or [], reader.get("fields") or []
