@@ -22,7 +22,7 @@ from fifolane.serde.declarations import read_declarations, record_full_name
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint64
 
-__all__ = ["DELETE_SCHEMA_NAME", "SchemaCatalog", "WriterSchema"]
+__all__ = ["DELETE_SCHEMA_NAME", "SchemaCatalog", "WriterSchema", "missing_defaults"]
 
 #: Full name of the system schema of deletes (docs/formats.md).
 DELETE_SCHEMA_NAME = "fifolane.Delete"
@@ -73,7 +73,7 @@ def _load_json(path: Path, where: str) -> dict[str, Any]:
     return raw
 
 
-def _missing_defaults(writer: dict[str, Any], reader: dict[str, Any]) -> list[str]:
+def missing_defaults(writer: dict[str, Any], reader: dict[str, Any]) -> list[str]:
     """Reader fields that the writer lacks and that have no default (resolution would fail)."""
     written = {f["name"] for f in writer.get("fields", [])}
     for field in writer.get("fields", []):
@@ -156,7 +156,7 @@ class SchemaCatalog:
                 )
             if fp in writers:  # identical to the current schema (or a duplicate): nothing to resolve
                 continue
-            missing = _missing_defaults(raw, current.raw_schema)
+            missing = missing_defaults(raw, current.raw_schema)
             if missing:
                 raise SchemaError(
                     f"{where(path)}: records written with this schema cannot be read as "

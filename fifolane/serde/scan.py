@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
+from fifolane.serde.catalog import missing_defaults
+
 __all__ = ["Scanner", "compile_scanner", "reads_unchanged", "round_trip_types"]
 
 #: ``(data, offset of the body) -> the wanted values in the order asked, or None``.
@@ -216,10 +218,9 @@ def reads_unchanged(writer: dict[str, Any], reader: dict[str, Any]) -> bool:
     wfields, rfields = writer.get("fields") or [], reader.get("fields") or []
     if any(f.get("aliases") for f in (*wfields, *rfields)):
         return False
-    by_name = {f["name"]: f for f in rfields}
-    written = {f["name"] for f in wfields}
-    if any(f["name"] not in written and "default" not in f for f in rfields):
+    if missing_defaults(writer, reader):
         return False  # resolution fails: decode() names the missing field
+    by_name = {f["name"]: f for f in rfields}
     return all(f["name"] not in by_name or _same_type(f["type"], by_name[f["name"]]["type"])
                for f in wfields)
 
