@@ -18,7 +18,7 @@ from fifolane.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
-QUICK_EVENTS = 20_000  # the capacity suite's quick size
+QUICK_EVENTS = 60_000  # the capacity suite's quick size
 
 
 @pytest.mark.timeout(2400)
