@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 
 from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog, make_codec
+from fifolane.topics import create_topic
 
 __all__ = [
     "Event", "events", "produce_avro", "produce_json", "produce_raw", "produce_state", "sleep_for",
@@ -56,10 +57,25 @@ def _producer(settings: Settings) -> Producer:
     }))
 
 
-def produce_raw(settings: Settings, topic: str, items: Iterator[tuple[bytes, bytes | None, Any]],
-                on_progress: Callable[[int], None] | None = None) -> int:
-    """Produce ``(key, value, (partition, headers) or None)`` items; returns how many."""
+def ready_producer(settings: Settings, topic: str) -> Producer:
+    """A benchmark producer with its start-up done: connected, the topic's metadata known
+    and the idempotent producer id acquired (one record to ``<topic>.warmup``), so that a
+    timed burst measures the system under test, not the producer's first round trips
+    (about 0.5 s here)."""
+    create_topic(settings, f"{topic}.warmup", 1)
     producer = _producer(settings)
+    producer.list_topics(topic, timeout=30)
+    producer.produce(f"{topic}.warmup", b"")
+    if producer.flush(30):
+        raise RuntimeError(f"the benchmark producer could not reach {topic}.warmup")
+    return producer
+
+
+def produce_raw(settings: Settings, topic: str, items: Iterator[tuple[bytes, bytes | None, Any]],
+                on_progress: Callable[[int], None] | None = None, producer: Producer | None = None) -> int:
+    """Produce ``(key, value, (partition, headers) or None)`` items; returns how many
+    (``producer``: one from :func:`ready_producer`, else a new one)."""
+    producer = _producer(settings) if producer is None else producer
     n = 0
     last = time.monotonic()
     for key, value, extra in items:

@@ -1,7 +1,8 @@
 """Warm-start timing shared by the suites that burst a fixed set of events at a running
 process (``slow``, ``stages``): the process first joins its consumer group on an empty
 input topic, then the pre-encoded events are produced in one burst, and the time runs from
-the first produce to the offset commit covering the last event (start-up excluded)."""
+the first produce to the offset commit covering the last event (start-up excluded: the
+process's, and the benchmark producer's own connection and producer id)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupState, KafkaException
 from confluent_kafka.admin import AdminClient
 
-from benchmarks.events import produce_raw
+from benchmarks.events import produce_raw, ready_producer
 from benchmarks.harness import Bench
 from benchmarks.procs import log_tail, running, watch_committed
 from fifolane.config import Settings
@@ -52,8 +53,9 @@ def timed_burst(bench: Bench, settings: Settings, cmd: list[str], group: str,
         alive = lambda: proc.poll() is None  # noqa: E731
         try:
             wait_joined(bench.bootstrap, group, alive)
+            producer = ready_producer(settings, settings.input_topic)
             t0 = time.monotonic()
-            produce_raw(settings, settings.input_topic, ((k, v, None) for k, v in values))
+            produce_raw(settings, settings.input_topic, ((k, v, None) for k, v in values), producer=producer)
             commits = watch_committed(bench.bootstrap, group, settings.input_topic, 1, len(values),
                                       timeout=60 + len(values) * 0.01, alive=alive,
                                       on_progress=bench.advance)
