@@ -209,7 +209,7 @@ class ListenerRuntime:
             self._suspend_overrun()
         if not notes:
             return
-        snaps = self.snapshots
+        snaps = self.snapshots if self.snapshots else None  # asked once, not per notification
         active = self._active
         parts = change_parts(type_, key, table_change, partition, offset, version, timestamp,
                              moved_to=moved_to)
@@ -221,7 +221,7 @@ class ListenerRuntime:
             act = active.get(n.listener)
             if act is None:
                 continue  # suspended by this very change
-            if snaps and snaps.holds(n.listener, partition, ekey):
+            if snaps is not None and snaps.holds(n.listener, partition, ekey):
                 continue  # its snapshot chunk will announce the then current state
             if n.value is not last_value:
                 last_value = n.value

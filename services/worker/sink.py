@@ -21,7 +21,7 @@ from services.worker.checkpoint import Checkpoint
 from services.worker.limits import Limits
 from services.worker.state import Row, StoreManager
 
-__all__ = ["ChangeSink", "Context", "Row", "SinkContext"]
+__all__ = ["ChangeSink", "Context", "Produce", "Row", "SinkContext"]
 
 
 class SinkContext(Protocol):
@@ -93,22 +93,29 @@ class ChangeSink(Protocol):
         """The sink's own gauges and counters, exported with the worker's metrics."""
 
 
+class Produce(Protocol):
+    """Send a record in the open transaction (:meth:`Checkpoint.produce`)."""
+
+    def __call__(self, topic: str, value: bytes | str | None, key: bytes | str | None,
+                 partition: int = -1, headers: Any = None) -> None: ...
+
+
 class Context:
     """The worker's :class:`SinkContext`: its transaction, committed rows, codec and limits."""
 
     def __init__(self, ckpt: Checkpoint, stores: StoreManager, codec: Any, catalog: SchemaCatalog,
                  limits: Limits, dead_letter: Callable[..., None], worker_id: str) -> None:
         self._ckpt = ckpt
+        #: Send a record in the open transaction: it commits with the state changes and input
+        #: offsets of the same checkpoint (or not at all). The checkpoint's own method, bound
+        #: once: notifications go through here one by one.
+        self.produce: Produce = ckpt.produce
         self._stores = stores
         self._decode = codec.decode
         self._catalog = catalog
         self._limits = limits
         self._dead_letter = dead_letter
         self.worker_id = worker_id
-
-    def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                partition: int = -1, headers: list[tuple[str, bytes]] | None = None) -> None:
-        self._ckpt.produce(topic, value, key, partition, headers)
 
     def committed_rows(self, partition: int, after: bytes | None = None) -> Iterator[tuple[bytes, Row]]:
         store = self._stores.stores.get(partition)
