@@ -21,7 +21,7 @@ from typing import Any
 from fifolane.config import Settings
 from fifolane.errors import ExpressionError, ListenerError
 from listeners.durations import check_duration, format_duration, parse_duration
-from listeners.expr import compile_converter, compile_filter
+from listeners.expr import CompiledExpr, compile_converter, compile_filter
 
 __all__ = ["ALL_KINDS", "EARLIEST", "FORMAT_VERSION", "LATEST", "ListenerSpec"]
 
@@ -113,6 +113,10 @@ class ListenerSpec:
     created_at: datetime = field(default_factory=_now)
     renewed_at: datetime | None = None
     principal: str | None = None
+    #: The compiled filter and converter (made once here; the matcher's plans take them, so a
+    #: registration is compiled once, whatever the number of listeners).
+    compiled_filter: CompiledExpr | None = field(default=None, init=False, repr=False, compare=False)
+    compiled_convert: CompiledExpr | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # Normalise in place (frozen: via object.__setattr__) so equal specs compare equal.
@@ -149,9 +153,9 @@ class ListenerSpec:
         if not isinstance(self.filter, str):
             raise ListenerError(f"invalid filter {_show(self.filter)}: give a CEL expression as a string")
         # Expressions last: ExpressionError (with position) propagates as is.
-        compile_filter(self.filter)
+        set_(self, "compiled_filter", compile_filter(self.filter))
         if self.convert is not None:
-            compile_converter(self.convert)
+            set_(self, "compiled_convert", compile_converter(self.convert))
 
     # -- lease ------------------------------------------------------------------------------
     @property
@@ -207,7 +211,7 @@ class ListenerSpec:
             raise ListenerError(
                 f"a listener registration must be a JSON object with a name (a string), not {_show(data)}"
             )
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         kwargs = {k: v for k, v in data.items() if k in known and v is not None}
         try:
             return cls(**kwargs)
