@@ -95,12 +95,11 @@ class ListenerRuntime:
         self._types: frozenset[bytes] = frozenset()
         self._untyped = 0  # active listeners without a type
         self._typed: Counter[bytes] = Counter()  # active listeners per type
+        self._leased: set[str] = set()  # active listeners with a lease (housekeeping reads them)
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
         self._next_housekeeping = 0.0
         self._verbose = True
-        #: live notifications sent, expired leases seen
-        self.live_sent = 0
-        self.expired = 0
+        self.live_sent = self.expired = 0  # live notifications sent, expired leases seen
 
     # -- public --------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -337,7 +336,9 @@ class ListenerRuntime:
             log.info("listener %r inactive", name)
 
     def _retype(self, spec: ListenerSpec, sign: int) -> None:
-        """Keep the per-type counts of active listeners (O(1) per (de)activation)."""
+        """Keep the per-type counts and the leased set of active listeners (O(1) each)."""
+        if spec.lease is not None:
+            (self._leased.add if sign > 0 else self._leased.discard)(spec.name)
         if spec.type is None:
             self._untyped += sign
         else:
@@ -352,11 +353,10 @@ class ListenerRuntime:
     def _expire(self) -> None:
         """Leases that ran out: inactive here at once (never deleted from the registry)."""
         now = datetime.now(UTC)
-        for name, act in list(self._active.items()):
-            if act.spec.lease is not None and act.spec.is_expired(now):
-                self._deactivate(name, forget=False)
-                self.expired += 1
-                log.info("listener %r: lease expired at %s", name, act.spec.expires_at)
+        for name in [n for n in self._leased if self._active[n].spec.is_expired(now)]:
+            log.info("listener %r: lease expired at %s", name, self._active[name].spec.expires_at)
+            self._deactivate(name, forget=False)
+            self.expired += 1
 
     def _suspend_overrun(self) -> None:
         assert self._ctx is not None
