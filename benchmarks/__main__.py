@@ -1,5 +1,5 @@
 """``python -m benchmarks run [--quick] [--only NAME,...] [--results-dir DIR]``,
-``python -m benchmarks compare --before PATH [--only ...] [--rounds N] [--direct]`` (benchmarks/compare.py,
+``python -m benchmarks compare --before PATH [--only ...] [--rounds N] [--direct [--together]]`` (benchmarks/compare.py,
 benchmarks/ab.py)
 and ``python -m benchmarks profile [--events N] [--app M:A] [--py-spy]`` (a worker's profile)."""
 
@@ -73,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
                      help="with --direct: input size (default 200,000; longer runs spread less)")
     cmp.add_argument("--without-directory-only", action="store_true",
                      help="with --direct: skip this checkout's run with the entity directory")
+    cmp.add_argument("--together", action="store_true",
+                     help="with --direct: run both workers at the same time and compare their CPU per "
+                          "event (steadier on a shared machine; benchmarks/ab_together.py)")
     cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
@@ -88,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         return profile_worker(args.events, args.guarantee, args.top, app=args.app, spy=args.spy)
     if args.command == "compare" and args.direct:
         from benchmarks.ab import direct
+        from benchmarks.ab_together import together
 
         cases = [c.strip() for c in args.cases.split(";") if c.strip()] if args.cases else None
+        if args.together:
+            return together(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases, args.events)
         return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases,
                       args.events, not args.without_directory_only)
     if args.command == "compare":
