@@ -166,6 +166,17 @@ class CompiledExpr:
     def __repr__(self) -> str:
         return f"CompiledExpr({self.role}: {self.source!r})"
 
+    # Never mutated after compiling, so copies share it; pickling compiles the source again
+    # (its CEL program and native closure cannot be pickled). A ListenerSpec carries one.
+    def __copy__(self) -> CompiledExpr:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledExpr:
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return _compile, (self.source, self.role)
+
     @property
     def is_state_filter(self) -> bool:
         """True if the result depends only on the entity state (not on ``old`` or ``kind``).

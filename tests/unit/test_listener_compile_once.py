@@ -31,3 +31,20 @@ def test_adding_specs_compiles_nothing_again(monkeypatch: pytest.MonkeyPatch) ->
         matcher.add(spec)
     assert len(compiled) == 21
     assert [n.listener for n in matcher.match_lazy("reservation", "k", {"flight": "F3"}, None, "created")] == ["l3"]
+
+
+def test_a_spec_with_its_compiled_expressions_copies_and_pickles() -> None:
+    import copy
+    import dataclasses
+    import pickle
+
+    spec = ListenerSpec(name="a", filter='value.flight == "F1" && value.seats > 2', convert="{'id': key}")
+    for other in (copy.copy(spec), copy.deepcopy(spec), pickle.loads(pickle.dumps(spec))):
+        assert other == spec
+        assert other.compiled_filter is not None and other.compiled_filter.source == spec.filter
+        assert other.compiled_convert is not None and other.compiled_convert.source == spec.convert
+        matcher = ListenerSet()
+        matcher.add(other)
+        hits = matcher.match_lazy("reservation", "k", {"flight": "F1", "seats": 3}, None, "created")
+        assert [(n.listener, n.value) for n in hits] == [("a", {"id": "k"})]
+    assert dataclasses.asdict(spec)["filter"] == spec.filter
