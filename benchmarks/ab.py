@@ -42,7 +42,7 @@ from benchmarks.procs import WORKER_CODE_ENV
 from benchmarks.registrations import equality_specs, general_specs
 from benchmarks.systems import run_worker
 
-__all__ = ["direct"]
+__all__ = ["direct", "paired", "write_comparison"]
 
 PARTITIONS = 6
 SIDES = ("before", "after")
@@ -166,12 +166,19 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
                      f"{med[NO_DIRECTORY] / med['before']:.3f}x | "
                      f"{_paired_text(sides['before'], sides[NO_DIRECTORY])} | {outs('before')} | "
                      f"{outs('after' if 'after' in sides else NO_DIRECTORY)} |")
+    return write_comparison(out, "direct", cases, lines, mismatched, {
+        "before": str(before), "events": n, "rounds": rounds, "runs": runs, "machine": machine})
+
+
+def write_comparison(out: Path, prefix: str, cases: list[str] | None, lines: list[str],
+                     mismatched: list[str], raw: dict[str, Any]) -> int:
+    """Write ``<prefix>[-<cases>].md`` (``lines``, plus a note on cases whose outputs differ)
+    and ``.json`` (``raw``) under ``out``, print the table; 1 if any outputs differ."""
     if mismatched:
-        lines += ["", "Outputs differ between the sides (not comparable): " + "; ".join(mismatched)]
-    name = "direct" if not cases else "direct-" + "-".join(
+        lines = [*lines, "", "Outputs differ between the sides (not comparable): " + "; ".join(mismatched)]
+    name = prefix if not cases else f"{prefix}-" + "-".join(
         c.lower().replace(" ", "_").replace(",", "") for c in cases)
-    (out / f"{name}.json").write_text(json.dumps({"before": str(before), "events": n, "rounds": rounds,
-                                                 "runs": runs, "machine": machine}, indent=1))
+    (out / f"{name}.json").write_text(json.dumps(raw, indent=1))
     (out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print((out / f"{name}.md").read_text())
     return 1 if mismatched else 0

@@ -19,7 +19,6 @@ outputs are read back and must be equal on both sides.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -27,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ab import PARTITIONS, _cases, paired
+from benchmarks.ab import PARTITIONS, _cases, paired, write_comparison
 from benchmarks.events import events, produce_avro
 from benchmarks.harness import COMMIT_INTERVAL, Bench
 from benchmarks.meters import cpu_seconds, read_records
@@ -155,12 +154,5 @@ def together(before: Path, results_dir: Path, quick: bool, rounds: int, cases: l
                      f"{', '.join(f'{x:.1f}' for x in cpu['after'])} | "
                      f"{', '.join(f'{b / a:.3f}' for b, a in zip(cpu['before'], cpu['after'], strict=True))} | "
                      f"{g:.3f}x{interval} | {shown} |")
-    if mismatched:
-        lines += ["", "Outputs differ between the sides (not comparable): " + "; ".join(mismatched)]
-    name = "together" if not cases else "together-" + "-".join(
-        c.lower().replace(" ", "_").replace(",", "") for c in cases)
-    (out / f"{name}.json").write_text(json.dumps({"before": str(before), "events": n, "rounds": rounds,
-                                                 "runs": runs, "machine": machine}, indent=1))
-    (out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print((out / f"{name}.md").read_text())
-    return 1 if mismatched else 0
+    return write_comparison(out, "together", cases, lines, mismatched, {
+        "before": str(before), "events": n, "rounds": rounds, "runs": runs, "machine": machine})
