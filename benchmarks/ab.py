@@ -42,7 +42,7 @@ from benchmarks.procs import WORKER_CODE_ENV
 from benchmarks.registrations import equality_specs, general_specs
 from benchmarks.systems import run_worker
 
-__all__ = ["direct", "paired", "write_comparison"]
+__all__ = ["direct", "paired", "prepare", "write_comparison"]
 
 PARTITIONS = 6
 SIDES = ("before", "after")
@@ -87,6 +87,21 @@ def _paired_text(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> s
     return f"{g:.3f}x" if math.isnan(lo) else f"{g:.3f}x [{lo:.3f}-{hi:.3f}]"
 
 
+def prepare(bench: Bench, before: Path, name: str, n: int, cases: list[str] | None
+            ) -> tuple[Any, dict[str, tuple[str, list[tuple[str, bytes]]]]]:
+    """The comparison's input (``n`` events on topic set ``name``) and its chosen cases
+    (all if ``cases`` is empty; SystemExit naming the choices for an unknown one)."""
+    # Encoded with the older checkout's schemas: this one reads those (schemas/history),
+    # while an older worker dead-letters values of a schema version it never saw.
+    base = bench.topic_set(name, PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
+    bench.step(f"pre-producing {n:,} events", n)
+    produce_avro(base, events(n), on_progress=bench.advance)
+    chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
+    if cases and len(chosen) != len(cases):
+        raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
+    return base, chosen
+
+
 def _one(bench: Bench, base: Any, n: int, guarantee: str, specs: list[tuple[str, bytes]],
          label: str, extra: list[str] | None = None) -> dict[str, Any]:
     r = run_worker(bench, base, n, guarantee, label=label, listeners=specs or None, extra=extra)
@@ -110,14 +125,7 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
     t0 = time.monotonic()
     with Bench(quick=quick, results_dir=out) as bench:
         n = events_n or bench.size(200_000, 30_000)
-        # Encoded with the older checkout's schemas: this one reads those (schemas/history),
-        # while an older worker dead-letters values of a schema version it never saw.
-        base = bench.topic_set("ab", PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
-        bench.step(f"pre-producing {n:,} events", n)
-        produce_avro(base, events(n), on_progress=bench.advance)
-        chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
-        if cases and len(chosen) != len(cases):
-            raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
+        base, chosen = prepare(bench, before, "ab", n, cases)
         for case, (guarantee, specs) in chosen.items():
             for r in range(rounds):
                 order = (*SIDES, NO_DIRECTORY) if with_directory else ("before", NO_DIRECTORY)

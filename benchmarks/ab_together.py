@@ -26,8 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ab import PARTITIONS, _cases, paired, write_comparison
-from benchmarks.events import events, produce_avro
+from benchmarks.ab import PARTITIONS, paired, prepare, write_comparison
 from benchmarks.harness import COMMIT_INTERVAL, Bench
 from benchmarks.meters import cpu_seconds, read_records
 from benchmarks.procs import (
@@ -116,12 +115,7 @@ def together(before: Path, results_dir: Path, quick: bool, rounds: int, cases: l
     t0 = time.monotonic()
     with Bench(quick=quick, results_dir=out) as bench:
         n = events_n or bench.size(300_000, 30_000)
-        base = bench.topic_set("tg", PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
-        bench.step(f"pre-producing {n:,} events", n)
-        produce_avro(base, events(n), on_progress=bench.advance)
-        chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
-        if cases and len(chosen) != len(cases):
-            raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
+        base, chosen = prepare(bench, before, "tg", n, cases)
         for case, (guarantee, specs) in chosen.items():
             for r in range(rounds):
                 bench.step(f"{case}: round {r + 1}/{rounds}, both workers at once")
