@@ -41,7 +41,7 @@ from fifolane.errors import (
     TransactionAbortedError,
 )
 from services.worker.bisect import Bisection
-from services.worker.kafka import TxnProducer, WorkerConsumer
+from services.worker.kafka import SEND_FAILED, TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
 from services.worker.txn import Background
 from services.worker.window import Source
@@ -146,7 +146,10 @@ class Checkpoint:
         """Send a record in the open transaction (opened if needed)."""
         if not self.is_open:
             self.open()
-        self.producer.produce(topic, value, key, partition, headers)
+        try:  # the client's own produce (the per-notification path); if it cannot, the one
+            self.producer.send(topic, value, key, partition, headers=headers)  # that waits, maps
+        except SEND_FAILED:
+            self.producer.produce(topic, value, key, partition, headers)
 
     def consumed(self, topic: str, partition: int, offset: int) -> None:
         """An input record was taken into the open transaction."""

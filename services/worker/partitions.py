@@ -88,7 +88,7 @@ class PartitionParts:
             self._parking.load(p, self._parked.pop(p, {}))
         claim = self.claim if self._topics.directory else None
         state = self._settings.state_topic
-        return TableApplier(self._stores.stores[p], self._ckpt.producer.produce, state_topic=state,
+        return TableApplier(self._stores.stores[p], self._ckpt.producer, state_topic=state,
                             room=self._limits.room(state), stats=self._stats, sink=self._sink,
                             claim=claim, state_headers=self._settings.state_headers)
 

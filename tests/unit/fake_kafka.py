@@ -65,6 +65,7 @@ class FakeProducer:
         #: (set by FakeClients for an exactly-once worker).
         self.transactional = False
         self.in_txn = False
+        self.full = 0
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 headers: Any = None) -> None:
@@ -74,6 +75,15 @@ class FakeProducer:
         if self.transactional and not self.in_txn:
             raise KafkaClientError("produce: Erroneous state (no transaction begun)", code="_STATE")
         self.records.append((topic, value, key, partition, list(headers or [])))
+
+    def send(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
+             headers: Any = None) -> None:
+        """The client's own produce: refuses while ``full`` (a full local queue), as
+        librdkafka's does with BufferError; ``produce`` then waits for room."""
+        if self.full:
+            self.full -= 1
+            raise BufferError("Local: Queue full")
+        self.produce(topic, value, key, partition, headers)
 
     def init(self, timeout: float = 60.0) -> None:
         pass

@@ -73,3 +73,50 @@ def test_transactional_calls_are_repeated_only_when_librdkafka_says_retriable() 
     fake = _Calls([KafkaError(KafkaError._TIMED_OUT, "retry call to resume", retriable=True)] * 2)
     TxnProducer({}, transactional=True, factory=lambda conf: fake).abort(5.0)
     assert fake.calls == 3
+
+
+class _Queue:
+    """A client whose produce() refuses ``full`` times with a full queue, or always with ``error``."""
+
+    def __init__(self, full: int = 0, error: KafkaError | None = None) -> None:
+        self.full, self.error = full, error
+        self.records: list[tuple[object, ...]] = []
+        self.polls = 0
+
+    def produce(self, topic: str, value: bytes, key: bytes, partition: int, **kw: object) -> None:
+        if self.error is not None:
+            raise KafkaException(self.error)
+        if self.full:
+            self.full -= 1
+            raise BufferError("Local: Queue full")
+        self.records.append((topic, value, key, partition, kw.get("headers"), "on_delivery" in kw))
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_send_is_the_clients_produce_and_every_failure_of_it_is_produced_again_carefully() -> None:
+    """Hot loops call ``send`` (the client's own produce) and, on SEND_FAILED, ``produce``,
+    which waits for room in the queue and raises a fifolane error."""
+    from services.worker.kafka import SEND_FAILED, TxnProducer
+
+    def send_then_produce(producer: TxnProducer, value: bytes) -> None:
+        try:
+            producer.send("t", value, b"k", 0)
+        except SEND_FAILED:
+            producer.produce("t", value, b"k", 0)
+
+    client = _Queue(full=3)
+    producer = TxnProducer({}, transactional=True, factory=lambda conf: client)
+    send_then_produce(producer, b"1")  # refused once by send, then twice more while produce waits
+    assert (client.records, client.polls) == ([("t", b"1", b"k", 0, None, False)], 2)
+    producer.report_each(True)  # bisecting: every record reports its delivery
+    send_then_produce(producer, b"2")
+    producer.report_each(False)
+    send_then_produce(producer, b"3")
+    assert [r[5] for r in client.records] == [False, True, False]
+    refused = _Queue(error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
+    producer = TxnProducer({}, transactional=True, factory=lambda conf: refused)
+    with pytest.raises(RecordRefusedError, match="produce to t"):
+        send_then_produce(producer, b"4")

@@ -242,6 +242,18 @@ def test_fast_path_equals_general_path(tmp_path: Path, state_headers: bool) -> N
     assert sum(found is not None for found in SCANS) == 10
 
 
+def test_a_full_producer_queue_loses_no_record(tmp_path: Path) -> None:
+    """The table applier sends with the client's own produce; when the local queue is full
+    (BufferError) it produces the record again through the producer that waits for room."""
+    _fast, slow, _, _ = _run_both(tmp_path)
+    fast = _worker(tmp_path, "full", None, None)
+    fast.clients.fake_producer.full = 4  # type: ignore[attr-defined]
+    fast.take(_batch())
+    fast.drain()
+    assert fast.clients.fake_producer.full == 0  # type: ignore[attr-defined]
+    assert _outcome(fast) == _outcome(slow)
+
+
 def test_fast_path_tells_change_sinks_the_same(tmp_path: Path) -> None:
     _fast, _slow, fast_sink, slow_sink = _run_both(tmp_path, with_sink=True)
     assert fast_sink.changes == slow_sink.changes
