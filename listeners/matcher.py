@@ -90,6 +90,7 @@ class ListenerSet:
 
     def __init__(self, budget: float = BUDGET_S) -> None:
         self._plans = Plans()
+        self._built = self._plans.built
         self.budget = budget
         #: names of listeners whose evaluation overran the budget since the last :meth:`take_overruns`
         self.overruns: set[str] = set()
@@ -153,7 +154,9 @@ class ListenerSet:
         them, so a change that no listener's filter can match costs no decode.
         """
         self.changes += 1
-        plan = self._plans.plan(type_)
+        plan = self._built.get(type_, UNSET)
+        if plan is UNSET:
+            plan = self._plans.plan(type_)
         if plan is None:
             return []
         # The contexts are built only when an expression, the old state or a notification

@@ -47,6 +47,7 @@ class Notifier:
 
     def __init__(self, journal: SeqJournal, produce: Produce) -> None:
         self.journal = journal
+        self._number = journal.number
         self.produce = produce
         self.sent = 0
         self.too_large = 0
@@ -55,7 +56,7 @@ class Notifier:
              value_json: str) -> None:
         """One notification (``parts``: :func:`listeners.notify.change_parts` of the change,
         ``value_json``: :func:`listeners.notify.encode_value` of its projection)."""
-        seq = self.journal.number(act.spec.name, partition)
+        seq = self._number(act.spec.name, partition)
         value = assemble(act.prefix, kind, parts, value_json, seq)
         if len(value) + len(ekey) > act.room:
             value = too_large(act.prefix, kind, parts, seq, len(value))

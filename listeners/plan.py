@@ -12,7 +12,7 @@ and the transition filters. Plans are cached until the set of listeners changes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -213,6 +213,8 @@ class Plans:
         self._all = _Scope()
         self._typed: dict[str, _Scope] = {}
         self._plans: dict[str, Plan | None] = {}
+        #: The plans built so far, by type (read only; :meth:`plan` builds a missing one).
+        self.built: Mapping[str, Plan | None] = self._plans
 
     def add(self, spec: ListenerLike) -> None:
         """Register (or replace) a listener. Raises ``ExpressionError`` for invalid expressions."""

@@ -208,7 +208,7 @@ class ListenerRuntime:
             self._suspend_overrun()
         if not notes:
             return
-        snaps = self.snapshots if self.snapshots else None  # asked once, not per notification
+        snaps = self.snapshots if self.snapshots.in_progress else None  # once, not per note
         active = self._active
         parts = change_parts(type_, key, table_change, partition, offset, version, timestamp,
                              moved_to=moved_to)

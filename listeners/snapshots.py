@@ -15,7 +15,7 @@ registered again gets a new snapshot.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from listeners.model import ListenerSpec
@@ -41,6 +41,8 @@ class Snapshots:
         self.batch = batch
         self._durable: dict[_Key, Progress] = {}  # committed progress, from the registry
         self._open: dict[_Key, Progress] = {}  # snapshots in progress on owned partitions
+        #: The same, read only: true while any snapshot is in progress (no call to ask).
+        self.in_progress: Mapping[_Key, Progress] = self._open
         self._undo: dict[_Key, Any] = {}  # cursors before the open transaction moved them
         self.sent = 0
 
