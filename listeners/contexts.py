@@ -37,7 +37,7 @@ class Contexts:
         self.table_change = table_change
         self._meta = meta
         self._needs = needs
-        self._ctx: dict[str, Any] = {}
+        self._ctx: dict[str, Any] | None = None  # built on the first get(): most changes need none
 
     def old_state(self) -> Any:
         """The old state (decoded now if it was handed over as a function)."""
@@ -69,14 +69,17 @@ class Contexts:
     def get(self, side: str) -> Any:
         """``new``: value=new (kind = table change); ``old``: the old state as the value
         (only state filters run there, so ``old``/``kind`` are unused); ``event``: like new."""
-        ctx = self._ctx.get(side if side != "event" else "new")
+        built = self._ctx
+        if built is None:
+            built = self._ctx = {}
+        ctx = built.get(side if side != "event" else "new")
         if ctx is None:
             if side == "old":
                 ctx = self._build(self.old_state(), False, "modified")
             else:
                 side = "new"
                 ctx = self._build(self.new, True, self.table_change)
-            self._ctx[side] = ctx
+            built[side] = ctx
         return ctx
 
     def converter(self, kind: str) -> Any:
@@ -84,7 +87,9 @@ class Contexts:
         ctx = self.get("new")
         if "kind" in self._needs.variables and kind != self.table_change:
             key = "conv:" + kind
-            ctx = self._ctx.get(key)
+            built = self._ctx
+            assert built is not None  # get() made it
+            ctx = built.get(key)
             if ctx is None:
-                ctx = self._ctx[key] = self._build(self.new, True, kind)
+                ctx = built[key] = self._build(self.new, True, kind)
         return ctx

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from json.encoder import c_make_encoder  # type: ignore[attr-defined]
 from typing import Any
 
 __all__ = [
@@ -77,59 +78,46 @@ def change_parts(
     ``head`` goes between the kind and the value, ``tail`` between the value and the
     sequence number, ``end`` after it. See :func:`assemble`.
     """
-    tc = _TABLE_CHANGE.get(table_change)
-    if tc is None:
-        tc = _encode(table_change)
-    off = "null" if offset is None else int(offset)
-    head = f'","key":{_str(key)},"type":{_str(type_)},"value":'
-    tail = (f',"table_change":{tc},"partition":{int(partition)},"offset":{off}'
-            f',"version":{int(version)},"seq":')  # fmt: skip
-    end = f',"ts":{int(ts)},"snapshot":true}}' if snapshot else f',"ts":{int(ts)}}}'
-    if moved_to is not None:  # removed because the entity moved to another group
-        end = end[:-1] + f',"moved_to":{_str(moved_to)}}}'
-    return head, tail, end
+    # Once per change (per listener only the value differs); the numbers are ints (Kafka's,
+    # and versions checked on intake), written as they print.
+    tc = _TABLE_CHANGE.get(table_change) or _encode(table_change)
+    type_json = _TYPES.get(type_) or _type_json(type_)
+    head = f'","key":{_str(key)}{type_json}'
+    tail = (f',"table_change":{tc},"partition":{partition},"offset":'
+            f'{"null" if offset is None else offset},"version":{version},"seq":')  # fmt: skip
+    if moved_to is None:
+        return head, tail, f',"ts":{ts},"snapshot":true}}' if snapshot else f',"ts":{ts}}}'
+    snap = ',"snapshot":true' if snapshot else ""  # removed: the entity moved to another group
+    return head, tail, f',"ts":{ts}{snap},"moved_to":{_str(moved_to)}}}'
 
 
-#: JSON text of the primitive values, by exact type (floats: see :func:`encode_value`).
-_PRIMITIVE: dict[type, Callable[[Any], str]] = {
-    str: _str,
-    int: int.__repr__,
-    float: float.__repr__,
-    bool: {True: "true", False: "false"}.__getitem__,
-    type(None): {None: "null"}.__getitem__,
-}
-#: Field name -> its JSON text and the colon (bounded: names can come from data).
-_KEYS: dict[str, str] = {}
+#: Entity type name -> ``,"type":<name>,"value":`` (bounded: names can come from data).
+_TYPES: dict[str, str] = {}
+
+
+def _type_json(type_: str) -> str:
+    text = f',"type":{_str(type_)},"value":'
+    if len(_TYPES) < _KEYS_MAX:
+        _TYPES[type_] = text
+    return text
+
+
+#: The C encoder the standard library builds for ``_ENCODER.encode`` (same settings, so the
+#: same text), kept instead of built per call; without the circular-reference check (values
+#: are decoded records and CEL results: trees). None where the C accelerator is missing.
+_C_ENCODE = (c_make_encoder(None, _default, _str, None, ":", ",", False, False, True)
+             if c_make_encoder is not None else None)
+#: Bound of the per-type text cache (names can come from data).
 _KEYS_MAX = 10_000
 
 
 def encode_value(value: Mapping[str, Any] | None) -> str:
-    """The JSON text of a projection (once per projection, shared by its notifications).
-
-    Flat maps of strings, ints, floats, bools and nulls (the common case: an Avro record of
-    primitives, a converter's projection) are written here, faster than the general encoder
-    and with the same text; anything else goes to the encoder.
-    """
-    if type(value) is not dict:
-        return _encode(value)
-    try:
-        text = "{" + ",".join([_KEYS[k] + _PRIMITIVE[type(v)](v) for k, v in value.items()]) + "}"
-    except KeyError:  # a field name not seen yet, or a value that is not a primitive
-        return _encode_new(value)
-    if ":nan" in text or ":inf" in text or ":-inf" in text:
-        return _encode(value)  # JSON's NaN/Infinity (or a string that looks alike: same text)
-    return text
-
-
-def _encode_new(value: dict[str, Any]) -> str:
-    for k, v in value.items():
-        if type(k) is not str or type(v) not in _PRIMITIVE:
-            return _encode(value)
-        if k not in _KEYS and len(_KEYS) < _KEYS_MAX:
-            _KEYS[k] = _str(k) + ":"
-    if any(k not in _KEYS for k in value):
-        return _encode(value)
-    return encode_value(value)
+    """The JSON text of a projection (once per projection, shared by its notifications):
+    ``_ENCODER.encode(value)``, a dict (the common case: a decoded record, a converter's
+    projection) written by the standard library's C encoder without the Python wrapper."""
+    if type(value) is dict and _C_ENCODE is not None:
+        return "".join(_C_ENCODE(value, 0))
+    return _encode(value)
 
 
 def assemble(prefix: str, kind: str, parts: tuple[str, str, str], value_json: str,
@@ -139,7 +127,7 @@ def assemble(prefix: str, kind: str, parts: tuple[str, str, str], value_json: st
     ``kind`` is one of created/modified/removed (plain words: no escaping needed).
     """
     head, tail, end = parts
-    return f"{prefix}{kind}{head}{value_json}{tail}{int(seq)}{end}".encode()
+    return f"{prefix}{kind}{head}{value_json}{tail}{seq}{end}".encode()
 
 
 def notification(
