@@ -65,6 +65,7 @@ class Stats:
     restoring: int = 0
     restore_progress: dict[str, list[int]] = field(default_factory=dict)  # "topic[p]": [done, total]
     bisecting: int = 0  # 1 while finding an input record whose output Kafka refuses
+    producer_queue_full: int = 0  # records that waited for room in the producer's local queue
     sink: dict[str, float] = field(default_factory=dict)  # the change sink's own metrics
     lag: dict[int, int] = field(default_factory=dict)
     assigned: list[int] = field(default_factory=list)
@@ -126,6 +127,8 @@ class _Collector:
             ("fifolane_restored_records", s.restored_records, "changelog records restored"),
             ("fifolane_commit_seconds", s.commit_ms_total / 1000, "time spent committing checkpoints"),
             ("fifolane_persist_seconds", s.persist_ms_total / 1000, "time spent writing committed state to RocksDB"),
+            ("fifolane_producer_queue_full", s.producer_queue_full,
+             "records that waited for room in the producer's local queue (queue.buffering.max.*)"),
         ):
             c = CounterMetricFamily(name, doc, labels=labels)
             c.add_metric(w, value)

@@ -390,6 +390,7 @@ class Worker:
                 for (t, p), task in self.assignment.restoring.items()}
         if self.ckpt is not None:
             self.stats.bisecting = int(self.ckpt.bisecting)
+            self.stats.producer_queue_full = self.ckpt.producer.queue_full
         if self.parking is not None:
             self.stats.parked_groups = len(self.parking.groups)
             self.stats.held = self.parking.held

@@ -61,6 +61,7 @@ class FakeProducer:
         self.fail: KafkaClientError | None = None
         self.report = DeliveryReport()
         self.renewals = 0
+        self.queue_full = 0
         #: As librdkafka: a transactional producer refuses records outside a transaction
         #: (set by FakeClients for an exactly-once worker).
         self.transactional = False

@@ -110,7 +110,7 @@ def test_send_is_the_clients_produce_and_every_failure_of_it_is_produced_again_c
     client = _Queue(full=3)
     producer = TxnProducer({}, transactional=True, factory=lambda conf: client)
     send_then_produce(producer, b"1")  # refused once by send, then twice more while produce waits
-    assert (client.records, client.polls) == ([("t", b"1", b"k", 0, None, False)], 2)
+    assert (client.records, client.polls, producer.queue_full) == ([("t", b"1", b"k", 0, None, False)], 2, 2)
     producer.report_each(True)  # bisecting: every record reports its delivery
     send_then_produce(producer, b"2")
     producer.report_each(False)
