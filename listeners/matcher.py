@@ -90,7 +90,8 @@ class ListenerSet:
 
     def __init__(self, budget: float = BUDGET_S) -> None:
         self._plans = Plans()
-        self._built = self._plans.built
+        #: the plans built so far, by entity type (read only)
+        self.built = self._built = self._plans.built
         self.budget = budget
         #: names of listeners whose evaluation overran the budget since the last :meth:`take_overruns`
         self.overruns: set[str] = set()

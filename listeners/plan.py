@@ -197,6 +197,7 @@ class Plan(NamedTuple):
     needs: Needs
     steps: tuple[Step, ...]  # in scope order: general filters, then index lookups
     transition: dict[str, Filter]
+    indexed: bool = True  # some step is an index lookup (it may use known old-state fields)
 
 
 #: A state path whose value is known without decoding the state, and that value.
@@ -314,7 +315,7 @@ class Plans:
                 steps.append((_general(general.values()), (), None, {}))
             for path, buckets in index.items():
                 steps.append((None, path, path[0] if len(path) == 1 else None, buckets))
-            plan = Plan(scopes, needs, tuple(steps), transition)
+            plan = Plan(scopes, needs, tuple(steps), transition, bool(index))
         self._plans[type_] = plan
         return plan
 

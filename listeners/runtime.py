@@ -197,10 +197,10 @@ class ListenerRuntime:
         known: tuple[Any, ...] = ()
         if old_live:
             assert old is not None and old.value is not None
-            # Decoded only if an expression or an index lookup needs the old state: the
-            # index takes the group and key fields from the row and the entity key.
-            old_state = partial(ctx.decode, old.value)
-            known = self._hints.known(tb, type_, key, old, new, new_rec)
+            old_state = partial(ctx.decode, old.value)  # decoded if an expression needs it
+            plan = self.listeners.built.get(type_)  # an index takes the old group and key
+            if plan is None or plan.indexed:  # from the row and the entity key: no decode
+                known = self._hints.known(tb, type_, key, old, new, new_rec)
         version = new.version
         notes = self.listeners.match_lazy(type_, key, new_rec, old_state, table_change,
                                           (partition, offset, timestamp, version), known)  # fmt: skip
