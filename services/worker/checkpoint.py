@@ -148,8 +148,8 @@ class Checkpoint:
             self.open()
         try:  # the client's own produce (the per-notification path); if it cannot, the one
             self.producer.send(topic, value, key, partition, headers=headers)  # that waits, maps
-        except SEND_FAILED:
-            self.producer.produce(topic, value, key, partition, headers)
+        except SEND_FAILED as exc:
+            self.producer.produce(topic, value, key, partition, headers, full=type(exc) is BufferError)
 
     def consumed(self, topic: str, partition: int, offset: int) -> None:
         """An input record was taken into the open transaction."""

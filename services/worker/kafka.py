@@ -150,8 +150,7 @@ class TxnProducer:
         #: The client's own produce, for hot loops (a call less per record). If it raises
         #: :data:`SEND_FAILED`, call :meth:`produce` (waits for room, maps the error).
         self.send: Callable[..., None] = self._raw
-        self.renewals = 0
-        self.queue_full = 0  # produce() calls that found the local queue full (and waited)
+        self.renewals, self.queue_full = 0, 0  # queue_full: records that met a full local queue
 
     def renew(self) -> None:
         """Replace the client after a fatal error: a new producer with the same settings
@@ -169,8 +168,10 @@ class TxnProducer:
 
     # -- records -----------------------------------------------------------------------------
     def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
-                partition: int = -1, headers: Any = None) -> None:
-        """Queue one record (waits while the local queue is full)."""
+                partition: int = -1, headers: Any = None, *, full: bool = False) -> None:
+        """Queue one record, waiting while the local queue is full (counted once in queue_full;
+        ``full``: :attr:`send` found it full)."""
+        self.queue_full += full
         while True:
             try:
                 if headers is None:
@@ -179,7 +180,8 @@ class TxnProducer:
                     self.send(topic, value, key, partition, headers=headers)
                 return
             except BufferError:
-                self.queue_full += 1
+                self.queue_full += not full
+                full = True
                 self._producer.poll(0.05)  # let deliveries drain
             except KafkaException as exc:
                 raise map_error(exc, f"produce to {topic}") from exc
@@ -243,8 +245,7 @@ class TxnProducer:
             except KafkaException as exc:
                 mapped = map_error(exc, what)
                 # Only what librdkafka calls retriable is worth a second call: an operation
-                # invalid in the producer's state (_STATE) would fail the same way, at once,
-                # until the deadline.
+                # invalid in the producer's state (_STATE) would fail at once until the deadline.
                 if not (isinstance(mapped, KafkaRetriableError) and mapped.retriable) \
                         or time.monotonic() >= deadline:
                     raise mapped from exc

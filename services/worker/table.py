@@ -118,8 +118,8 @@ class TableApplier:
                 self._out.send(self._topic, value, ekey, self.partition)  # headers=None costs 0.4 us
             else:
                 self._out.send(self._topic, value, ekey, self.partition, headers=headers)
-        except SEND_FAILED:
-            self._out.produce(self._topic, value, ekey, self.partition, headers)
+        except SEND_FAILED as exc:
+            self._out.produce(self._topic, value, ekey, self.partition, headers, full=type(exc) is BufferError)
         if self._sink is not None:
             self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record)
         return APPLIED

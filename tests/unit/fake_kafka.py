@@ -69,7 +69,8 @@ class FakeProducer:
         self.full = 0
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
-                headers: Any = None) -> None:
+                headers: Any = None, *, full: bool = False) -> None:
+        self.queue_full += full
         if self.fail is not None:
             exc, self.fail = self.fail, None
             raise exc

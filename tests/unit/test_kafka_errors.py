@@ -104,18 +104,25 @@ def test_send_is_the_clients_produce_and_every_failure_of_it_is_produced_again_c
     def send_then_produce(producer: TxnProducer, value: bytes) -> None:
         try:
             producer.send("t", value, b"k", 0)
-        except SEND_FAILED:
-            producer.produce("t", value, b"k", 0)
+        except SEND_FAILED as exc:  # as the table applier and Checkpoint.produce do
+            producer.produce("t", value, b"k", 0, full=type(exc) is BufferError)
 
     client = _Queue(full=3)
     producer = TxnProducer({}, transactional=True, factory=lambda conf: client)
     send_then_produce(producer, b"1")  # refused once by send, then twice more while produce waits
-    assert (client.records, client.polls, producer.queue_full) == ([("t", b"1", b"k", 0, None, False)], 2, 2)
+    # queue_full counts records that met a full queue, once each (not the waits)
+    assert (client.records, client.polls, producer.queue_full) == ([("t", b"1", b"k", 0, None, False)], 2, 1)
+    client.full = 1  # refused by send only: produce finds room at once
+    send_then_produce(producer, b"1b")
+    assert (len(client.records), producer.queue_full) == (2, 2)
+    client.full = 2  # met by produce itself (a record of a path without send): counted once
+    producer.produce("t", b"1c", b"k", 0)
+    assert (len(client.records), producer.queue_full) == (3, 3)
     producer.report_each(True)  # bisecting: every record reports its delivery
     send_then_produce(producer, b"2")
     producer.report_each(False)
     send_then_produce(producer, b"3")
-    assert [r[5] for r in client.records] == [False, True, False]
+    assert [r[5] for r in client.records] == [False, False, False, True, False]
     refused = _Queue(error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "too large"))
     producer = TxnProducer({}, transactional=True, factory=lambda conf: refused)
     with pytest.raises(RecordRefusedError, match="produce to t"):

@@ -251,6 +251,7 @@ def test_a_full_producer_queue_loses_no_record(tmp_path: Path) -> None:
     fast.take(_batch())
     fast.drain()
     assert fast.clients.fake_producer.full == 0  # type: ignore[attr-defined]
+    assert fast.clients.fake_producer.queue_full == 4  # type: ignore[attr-defined]  # each counted
     assert _outcome(fast) == _outcome(slow)
 
 
