@@ -91,13 +91,14 @@ def change_parts(
     return head, tail, f',"ts":{ts}{snap},"moved_to":{_str(moved_to)}}}'
 
 
-#: Entity type name -> ``,"type":<name>,"value":`` (bounded: names can come from data).
+#: Entity type name -> ``,"type":<name>,"value":`` (at most _TYPES_MAX: names come from data).
 _TYPES: dict[str, str] = {}
+_TYPES_MAX = 10_000
 
 
 def _type_json(type_: str) -> str:
     text = f',"type":{_str(type_)},"value":'
-    if len(_TYPES) < _KEYS_MAX:
+    if len(_TYPES) < _TYPES_MAX:
         _TYPES[type_] = text
     return text
 
@@ -107,8 +108,6 @@ def _type_json(type_: str) -> str:
 #: are decoded records and CEL results: trees). None where the C accelerator is missing.
 _C_ENCODE = (c_make_encoder(None, _default, _str, None, ":", ",", False, False, True)
              if c_make_encoder is not None else None)
-#: Bound of the per-type text cache (names can come from data).
-_KEYS_MAX = 10_000
 
 
 def encode_value(value: Mapping[str, Any] | None) -> str:
