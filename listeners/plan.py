@@ -197,7 +197,7 @@ class Plan(NamedTuple):
     needs: Needs
     steps: tuple[Step, ...]  # in scope order: general filters, then index lookups
     transition: dict[str, Filter]
-    indexed: bool = True  # some step is an index lookup (it may use known old-state fields)
+    indexed: bool  # some step is an index lookup (it may use known old-state fields)
 
 
 #: A state path whose value is known without decoding the state, and that value.
