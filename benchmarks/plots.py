@@ -27,6 +27,27 @@ def bar_plot(path: Path, title: str, values: dict[str, float], ylabel: str) -> N
     plt.close(fig)
 
 
+def reads_plot(path: Path, by_load: dict[float, tuple[float, float, float]], max_rate: float) -> None:
+    """Key reads/s (bars) and their p50/p99 latency (lines) at each write load."""
+    shares = sorted(by_load)
+    labels = [f"{s:.0%} ({s * max_rate:,.0f}/s)" for s in shares]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bars = ax.bar(labels, [by_load[s][0] for s in shares], color="#4477aa", label="reads/s")
+    ax.bar_label(bars, labels=[f"{by_load[s][0]:,.0f}" for s in shares], fontsize=8)
+    ax.axhline(5000, color="#999999", linestyle=":", linewidth=1)
+    ax.set_xlabel("write load (share of the worker's maximum write rate)")
+    ax.set_ylabel("key reads/s (32 in flight)")
+    lat = ax.twinx()
+    lat.plot(labels, [by_load[s][1] for s in shares], "o-", color="#228833", label="p50 ms")
+    lat.plot(labels, [by_load[s][2] for s in shares], "s--", color="#cc3311", label="p99 ms")
+    lat.set_ylabel("latency (ms)")
+    lat.legend(loc="upper left", fontsize=8)
+    ax.set_title("Query API key reads under write load (one worker, 2 cores)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def slow_plot(path: Path, seconds: dict[int, float], serial: float, reference: dict[str, float],
               sleep_total: float) -> None:
     """Time to process the events vs concurrency, with the serial baseline and PC's numbers."""

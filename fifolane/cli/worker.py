@@ -54,6 +54,9 @@ __all__ = ["worker"]
               help="The private key of --query-tls-cert (PEM).")
 @click.option("--query-token-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               default=None, help="Require 'Authorization: Bearer <token>' with the token in this file.")
+@click.option("--query-readers", type=click.IntRange(0, 16), default=1, show_default=True,
+              help="Processes that serve key reads of the query port beside the worker, so reads "
+                   "do not wait for its busy poll loop (0: the worker serves every read itself).")
 @click.option("--standby-replicas", type=click.IntRange(min=0), default=0, show_default=True,
               help="Warm copies of each partition kept by other workers (needs --query-port).")
 def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_id: str | None,
@@ -61,7 +64,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
            metrics_port: int | None, metrics_host: str, stats_file: Path | None, listeners: bool,
            query_port: int | None, query_host: str, query_advertise: str | None,
            query_tls_cert: Path | None, query_tls_key: Path | None, query_token_file: Path | None,
-           standby_replicas: int, directory: bool) -> None:
+           standby_replicas: int, directory: bool, query_readers: int) -> None:
     """Consume the input topic and run the app's handlers per FIFO group."""
     # SIGTERM/SIGINT leave cleanly from the start: a worker stopped while it still imports
     # and connects (a scale-in right after a scale-out) exits 0 instead of being killed.
@@ -90,7 +93,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         metrics_port=metrics_port, metrics_host=metrics_host, stats_file=stats_file,
         query_port=query_port, query_host=query_host, query_advertise=query_advertise,
         query_tls_cert=query_tls_cert, query_tls_key=query_tls_key, query_token_file=query_token_file,
-        standby_replicas=standby_replicas,
+        standby_replicas=standby_replicas, query_readers=query_readers,
         # A stable id given by the operator: static membership, so a restart (or a crash and
         # restart within the session timeout) takes its partitions back without a rebalance.
         static_membership=worker_id is not None,

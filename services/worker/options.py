@@ -58,6 +58,9 @@ class WorkerOptions:
     query_tls_cert: Path | None = None
     query_tls_key: Path | None = None
     query_token_file: Path | None = None
+    #: processes that serve the query port's key reads beside the worker (0: the worker
+    #: serves every read itself; services/worker/query/reader.py)
+    query_readers: int = 1
     #: warm copies kept of each partition on other workers (services/worker/query/standby.py)
     standby_replicas: int = 0
 
@@ -74,6 +77,8 @@ class WorkerOptions:
             raise ConfigError(f"retries must be >= 0, got {self.retries}")
         if self.standby_replicas < 0:
             raise ConfigError(f"standby_replicas must be >= 0, got {self.standby_replicas}")
+        if not 0 <= self.query_readers <= 16:
+            raise ConfigError(f"query_readers must be 0..16, got {self.query_readers}")
         if self.standby_replicas and self.query_port is None:
             raise ConfigError("standby replicas serve and hand over through the query endpoint: "
                               "give --query-port too")

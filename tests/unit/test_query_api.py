@@ -157,3 +157,28 @@ def test_a_write_without_entity_rows_takes_the_view_again_for_scans(tmp_path: An
     assert [k for k, _r in page.rows] == [b"reservation/R1"]
     del view, page
     stores.close_all()
+
+
+def test_answers_write_avro_values_as_the_api_says() -> None:
+    """Bytes as base64, decimals and UUIDs as strings, times in ISO 8601, nested anywhere;
+    anything else that is not JSON data is an error, not a guess."""
+    import datetime
+    import decimal
+    import uuid
+
+    from services.worker.query.server import json_response
+
+    u = uuid.UUID("12345678-1234-5678-1234-567812345678")
+    value = {"b": b"\x00\xff", "d": decimal.Decimal("12.50"), "u": u,
+             "t": [datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC), datetime.date(2026, 1, 2),
+                   datetime.time(3, 4, 5)],
+             "m": {"k": {"n": None, "f": 1.5, "x": [b"ab"]}}}
+    r = json_response("ok", {"status": "ok", "value": value})
+    assert r.status == 200 and r.content_type == "application/json"
+    assert r.body is not None
+    assert json.loads(bytes(r.body)) == {"status": "ok", "value": {
+        "b": "AP8=", "d": "12.50", "u": str(u),
+        "t": ["2026-01-02T03:04:05+00:00", "2026-01-02", "03:04:05"],
+        "m": {"k": {"n": None, "f": 1.5, "x": ["YWI="]}}}}
+    with pytest.raises(TypeError, match="set is not JSON data"):
+        json_response("ok", {"value": {1, 2}})

@@ -31,7 +31,7 @@ from fifolane.query import (
     entity_key,
 )
 from services.worker.query.members import MemberInfo, Routing
-from services.worker.query.reads import Stale, jsonable, row_at, scan_group
+from services.worker.query.reads import Stale, row_at, scan_group
 from services.worker.query.views import View, Views
 from services.worker.state import Row
 
@@ -183,7 +183,7 @@ class Answers:
                                "group": row.group}
         assert row.value is not None
         return OK, {"status": OK, **body, "group": row.group, "version": row.version,
-                    "value": jsonable(self.local.decode(row.value))}
+                    "value": self.local.decode(row.value)}
 
     # -- groups ------------------------------------------------------------------------------
     def group(self, group: str, *, type_name: str | None = None, prefix: str | None = None,
@@ -237,7 +237,7 @@ class Answers:
             t, _, k = ekey.decode().partition("/")
             assert row.value is not None
             entities.append({"type": t, "key": k, "version": row.version,
-                             "value": jsonable(self.local.decode(row.value))})
+                             "value": self.local.decode(row.value)})
         answer = {"status": OK, **head, "position": position,
                   "owner": _member(routing.owner(p) if standby else self.local.me), "entities": entities,
                   "next": None if result.next_after is None else result.next_after.decode()}

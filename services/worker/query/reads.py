@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from services.worker.query.views import View
 from services.worker.state import Row
 
-__all__ = ["GroupPage", "Stale", "jsonable", "live_iterator", "row_at", "scan_group"]
+__all__ = ["GroupPage", "Stale", "json_default", "live_iterator", "row_at", "scan_group"]
 
 _MISSING = "key not found"  # rocksdict's message for a Snapshot[key] miss (a bare Exception)
 
@@ -95,18 +95,14 @@ def scan_group(view: View, group: str, *, start: bytes = b"", end: bytes | None 
     return GroupPage(rows, None)
 
 
-def jsonable(value: Any) -> Any:
-    """A decoded Avro value as JSON data: bytes as base64, decimals as strings, times as ISO
-    8601, UUIDs as strings (docs/formats.md, "Query API")."""
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
+def json_default(value: Any) -> Any:
+    """What the JSON encoder calls for a value it cannot write, found in a decoded Avro value:
+    bytes as base64, decimals and UUIDs as strings, times as ISO 8601 (docs/formats.md,
+    "Query API"). Decoded records are otherwise JSON data already (str keys, lists)."""
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, decimal.Decimal | uuid.UUID):
         return str(value)
     if isinstance(value, datetime.datetime | datetime.date | datetime.time):
         return value.isoformat()
-    return value
-
+    raise TypeError(f"{type(value).__name__} is not JSON data")

@@ -23,8 +23,9 @@ from aiohttp import web
 
 from fifolane.query import API, BAD_REQUEST, STATUS_CODES, TIMEOUT, UNAUTHORIZED, UNAVAILABLE
 from services.worker.query.answers import BEHIND, BUSY, Answer, Answers
+from services.worker.query.reads import json_default
 
-__all__ = ["QueryServer"]
+__all__ = ["BadParam", "QueryServer", "bool_param", "check_token", "int_param", "json_response"]
 
 log = logging.getLogger(__name__)
 
@@ -34,32 +35,48 @@ _BUSY_WAIT_S = 2.0
 _RETRY_S = 0.002
 
 
-def _int(req: web.Request, name: str, default: int | None = None) -> int | None:
+def int_param(req: web.BaseRequest, name: str, default: int | None = None) -> int | None:
     raw = req.query.get(name)
     if raw is None or raw == "":
         return default
     try:
         return int(raw)
     except ValueError:
-        raise _Bad(f"{name} must be an integer, got {raw!r}") from None
+        raise BadParam(f"{name} must be an integer, got {raw!r}") from None
 
 
-def _bool(req: web.Request, name: str) -> bool:
+def bool_param(req: web.BaseRequest, name: str) -> bool:
     raw = req.query.get(name, "false").lower()
     if raw not in ("true", "false", "1", "0", ""):
-        raise _Bad(f"{name} must be true or false, got {raw!r}")
+        raise BadParam(f"{name} must be true or false, got {raw!r}")
     return raw in ("true", "1")
 
 
-class _Bad(Exception):
+#: answers hold decoded Avro values as they are; the encoder writes their bytes, decimals
+#: and times (services/worker/query/reads.json_default)
+_encode = json.JSONEncoder(default=json_default).encode
+
+
+class BadParam(Exception):
     """A request parameter that cannot be read (answered 400)."""
 
 
-def _json(status: str, body: dict[str, Any]) -> web.Response:
+def json_response(status: str, body: dict[str, Any]) -> web.Response:
     code = STATUS_CODES.get(status, 500)
     headers = {"Retry-After": "1"} if code == 503 else None
-    return web.Response(status=code, text=json.dumps(body), content_type="application/json",
+    return web.Response(status=code, body=_encode(body).encode(), content_type="application/json",
                         headers=headers)
+
+
+def check_token(request: web.BaseRequest, token: str | None) -> web.Response | None:
+    """The 401 answer to a request without the endpoint's bearer token (None: let it in)."""
+    if token is None:
+        return None
+    given = request.headers.get("Authorization", "")
+    if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+        return None
+    return json_response(UNAUTHORIZED, {"status": UNAUTHORIZED,
+                                        "error": "a valid 'Authorization: Bearer <token>' header is required"})
 
 
 class QueryServer:
@@ -143,33 +160,31 @@ class QueryServer:
     async def _auth(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         self.requests += 1
-        if self._token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {self._token}".encode()):
-                return _json(UNAUTHORIZED, {"status": UNAUTHORIZED,
-                                            "error": "a valid 'Authorization: Bearer <token>' header is required"})
+        refused = check_token(request, self._token)
+        if refused is not None:
+            return refused
         try:
             return await handler(request)
-        except _Bad as exc:
-            return _json(BAD_REQUEST, {"status": BAD_REQUEST, "error": str(exc)})
+        except BadParam as exc:
+            return json_response(BAD_REQUEST, {"status": BAD_REQUEST, "error": str(exc)})
 
     async def _retrying(self, req: web.Request, ask: Callable[[], Answer]) -> web.Response:
-        wait_ms = _int(req, "wait_ms", None)
+        wait_ms = int_param(req, "wait_ms", None)
         if wait_ms is not None and not 0 <= wait_ms <= MAX_WAIT_MS:
-            raise _Bad(f"wait_ms must be 0..{MAX_WAIT_MS}, got {wait_ms}")
+            raise BadParam(f"wait_ms must be 0..{MAX_WAIT_MS}, got {wait_ms}")
         started = time.monotonic()
         while True:
             status, body = ask()
             if status not in (BEHIND, BUSY):
-                return _json(status, body)
+                return json_response(status, body)
             limit = (wait_ms / 1000 if wait_ms is not None else 0.0) if status == BEHIND \
                 else max(_BUSY_WAIT_S, (wait_ms or 0) / 1000)
             if time.monotonic() - started >= limit:
                 if status == BEHIND:
-                    return _json(TIMEOUT, {"status": TIMEOUT, **body, "waited_ms": wait_ms or 0,
+                    return json_response(TIMEOUT, {"status": TIMEOUT, **body, "waited_ms": wait_ms or 0,
                                            "error": "the partition's committed position did not reach "
                                                     "min_position within wait_ms"})
-                return _json(UNAVAILABLE, {"status": UNAVAILABLE, **body,
+                return json_response(UNAVAILABLE, {"status": UNAVAILABLE, **body,
                                            "error": "the partition is written faster than a scan page "
                                                     "can be read: retry"})
             await asyncio.sleep(_RETRY_S)
@@ -177,19 +192,19 @@ class QueryServer:
     async def _entity(self, req: web.Request) -> web.Response:
         type_name, key = req.match_info["type"], req.match_info["key"]
         group = req.query.get("group")
-        partition = _int(req, "partition")
-        min_position = _int(req, "min_position")
-        stale = _bool(req, "stale")
+        partition = int_param(req, "partition")
+        min_position = int_param(req, "min_position")
+        stale = bool_param(req, "stale")
         return await self._retrying(req, lambda: self._answers.entity(
             type_name, key, group=group, partition=partition, min_position=min_position, stale=stale))
 
     async def _group(self, req: web.Request) -> web.Response:
         q = req.query
-        limit = _int(req, "limit", 1000)
+        limit = int_param(req, "limit", 1000)
         assert limit is not None
-        partition = _int(req, "partition")
-        min_position = _int(req, "min_position")
-        stale = _bool(req, "stale")
+        partition = int_param(req, "partition")
+        min_position = int_param(req, "min_position")
+        stale = bool_param(req, "stale")
         group = req.match_info["group"]
         return await self._retrying(req, lambda: self._answers.group(
             group, type_name=q.get("type"), prefix=q.get("prefix"), start=q.get("start"), end=q.get("end"),

@@ -24,6 +24,7 @@ from fifolane.errors import ConfigError
 from services.worker.query.answers import Answers
 from services.worker.query.members import MemberInfo, Roster, Routing
 from services.worker.query.positions import CommitTracker, Resolver
+from services.worker.query.readers import MirroredViews, Readers
 from services.worker.query.server import QueryServer
 from services.worker.query.views import View, Views, view_of
 
@@ -87,6 +88,12 @@ class _Hooks:
         self._parts.released(topic, partitions)
 
 
+def _schemas_dir(worker: Any) -> Path:
+    """Where the worker's catalog was loaded from (a reader loads it again)."""
+    dirs = {t.source.parent for t in worker.catalog if getattr(t, "source", None) is not None}
+    return dirs.pop() if len(dirs) == 1 else Path(worker.settings.schemas_dir)
+
+
 def _tls(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     if cert is None and key is None:
         return None
@@ -122,7 +129,19 @@ class QueryService:
         self._input = worker.topics.input
         self._codec = worker.codec
         self._types = sorted(t.name for t in worker.catalog)
-        self.views = Views()
+        self.readers: Readers | None = None
+        if o.query_readers > 0:
+            self.readers = Readers(
+                o.query_readers, host=o.query_host, port=o.query_port or 0,
+                work_dir=worker.stores.root.with_name(worker.stores.root.name + ".readers"),
+                schemas_dir=_schemas_dir(worker), registry_url=s.schema_registry_url,
+                group_index=worker.stores.group_index, directory=worker.topics.directory is not None,
+                tls=(o.query_tls_cert, o.query_tls_key) if o.query_tls_cert and o.query_tls_key else None,
+                token_file=o.query_token_file)
+            root = worker.stores.root
+            self.views: Views = MirroredViews(self.readers, lambda p: root / f"p{p}")
+        else:
+            self.views = Views()
         self.standby_views = Views()
         self.directory_views = Views()
         self.directory = worker.topics.directory is not None
@@ -148,8 +167,13 @@ class QueryService:
         worker.stores.before_close = self._closing
         if worker._dir_stores is not None:
             worker._dir_stores.before_close = self.directory_views.withdraw
+        # With readers, they serve the public port and the worker's own endpoint is their
+        # upstream on loopback (services/worker/query/reader.py).
+        private = self.readers is not None
         self.server = QueryServer(Answers(self), self._routing_json, self._partitions_json,
-                                  host=o.query_host, port=o.query_port, tls=self._tls, token=self._token)
+                                  host="127.0.0.1" if private else o.query_host,
+                                  port=0 if private else o.query_port,
+                                  tls=None if private else self._tls, token=self._token)
         self.me = MemberInfo(o.worker_id, None)
         self._advertise = o.query_advertise
 
@@ -165,11 +189,21 @@ class QueryService:
         the store, and a partition's first view is published when it becomes active."""
         self.roster.check_topic()
         port = self.server.start()
-        host = self._advertise or self._worker.opts.query_host
-        if host in ("0.0.0.0", "::", ""):
-            host = socket.getfqdn()
-        url = f"{'https' if self._tls else 'http'}://{host}:{port}"
+        if self.readers is not None:
+            upstream = f"http://127.0.0.1:{port}"
+            port = self.readers.start()
+        url = self._url(port)
         self.me = MemberInfo(self._worker.opts.worker_id, url)
+        if self.readers is not None:
+            readers = self.readers
+            readers.hello(self.me.worker, url, upstream)
+            self.roster.on_change(lambda r: readers.routing(r.input_partitions, r.directory_partitions))
+
+            def moved(new_port: int) -> None:  # a restarted reader did not get the old port
+                self.me = MemberInfo(self.me.worker, self._url(new_port))
+                readers.hello(self.me.worker, self.me.url or "", upstream)
+                self.roster.announce(self.me.worker, self.me.url)
+            readers.on_port = moved
         self.resolver.start()
         self.roster.announce(self.me.worker, url)
         self.roster.start()
@@ -177,6 +211,12 @@ class QueryService:
             self.standbys.start()
         log.info("query endpoint on %s", url)
         return _Hooks(self, parts)
+
+    def _url(self, port: int) -> str:
+        host = self._advertise or self._worker.opts.query_host
+        if host in ("0.0.0.0", "::", ""):
+            host = socket.getfqdn()
+        return f"{'https' if self._tls else 'http'}://{host}:{port}"
 
     def committing(self) -> None:
         self.resolver.committing()
@@ -193,6 +233,8 @@ class QueryService:
             self.roster.announce(self.me.worker, None)
         except Exception as exc:  # noqa: BLE001 - leaving anyway; the record then goes stale
             log.warning("members record not cleared: %s", exc)
+        if self.readers is not None:
+            self.readers.stop()
         self.server.stop()
         self.roster.stop()
         self.resolver.stop()

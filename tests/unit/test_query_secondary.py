@@ -1,0 +1,134 @@
+"""A query reader's view of a store (services/worker/query/secondary.py): a RocksDB secondary
+instance answers only at a sequence the worker published, with that view's position, and
+never shows a commit before its view is published."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict
+
+from services.worker.query.reads import row_at
+from services.worker.query.secondary import Secondary
+from services.worker.query.views import view_of
+from services.worker.state import PartitionStore, Row, StoreManager
+
+
+def _secondary(store: PartitionStore, work: Path) -> Secondary:
+    opts = Options(raw_mode=True)
+    opts.set_max_open_files(-1)
+    return Secondary(store.partition, str(store.path),
+                     lambda at: Rdict(str(store.path), opts, access_type=AccessType.secondary(at)), str(work),
+                     store.unpack)
+
+
+def _commit(store: PartitionStore, rows: dict[bytes, Row]) -> None:
+    for ekey, row in rows.items():
+        store.put(ekey, row, store.get(ekey))
+    store.commit(None)
+
+
+def test_a_secondary_answers_only_at_published_views(tmp_path: Path) -> None:
+    stores = StoreManager(tmp_path / "state", "g", group_index=True)
+    store = stores.open(0)
+    _commit(store, {b"reservation/A": Row(1, False, "F1", b"a1")})
+    sec = _secondary(store, tmp_path / "sec")
+    try:
+        # Nothing published yet: no view, whatever the store holds.
+        assert sec.view() is None
+        v1 = view_of(store, 10)
+        sec.publish(v1.seq, 10)
+        view = sec.view()
+        assert view is not None and view.position == 10 and view.seq == v1.seq
+        assert row_at(view, b"reservation/A") == Row(1, False, "F1", b"a1")
+        assert row_at(view, b"reservation/B") is None
+
+        # A commit the worker has written but not published yet is not shown: the secondary
+        # does not catch up until a newer view is published.
+        _commit(store, {b"reservation/A": Row(2, False, "F1", b"a2"), b"reservation/B": Row(1, False, "F2", b"b1")})
+        view = sec.view()
+        assert view is not None and view.position == 10
+        assert row_at(view, b"reservation/A") == Row(1, False, "F1", b"a1")
+
+        # Published: it catches up and answers at the new position.
+        v2 = view_of(store, 13)
+        sec.publish(v2.seq, 13)
+        view = sec.view()
+        assert view is not None and view.position == 13
+        assert row_at(view, b"reservation/A") == Row(2, False, "F1", b"a2")
+        assert row_at(view, b"reservation/B") == Row(1, False, "F2", b"b1")
+
+        # Two commits, only the first published: catching up reaches the second, whose
+        # position is not known yet, so the reads stay at the view before (the other
+        # instance of the pair) until it is published.
+        _commit(store, {b"reservation/A": Row(3, False, "F1", b"a3")})
+        v3 = view_of(store, 15)
+        _commit(store, {b"reservation/A": Row(4, True, "F1", None)})
+        sec.publish(v3.seq, 15)
+        view = sec.view()
+        assert view is not None and view.position == 13
+        assert row_at(view, b"reservation/A") == Row(2, False, "F1", b"a2")
+        v4 = view_of(store, 17)
+        sec.publish(v4.seq, 17)
+        view = sec.view()
+        assert view is not None and view.position == 17
+        row = row_at(view, b"reservation/A")
+        assert row is not None and row.version == 4 and row.deleted
+        # And the instance that answered at 13 catches up next, past 15, to 17's successor.
+        _commit(store, {b"reservation/A": Row(5, False, "F1", b"a5")})
+        v5 = view_of(store, 18)
+        sec.publish(v5.seq, 18)
+        view = sec.view()
+        assert view is not None and view.position == 18
+        assert row_at(view, b"reservation/A") == Row(5, False, "F1", b"a5")
+
+        # Views published out of order (two threads publish) are found all the same.
+        _commit(store, {b"reservation/C": Row(1, False, "F3", b"c1")})
+        v6 = view_of(store, 19)
+        _commit(store, {b"reservation/C": Row(2, False, "F3", b"c2")})
+        v7 = view_of(store, 21)
+        sec.publish(v7.seq, 21)
+        sec.publish(v6.seq, 19)
+        view = sec.view()
+        assert view is not None and view.position == 21
+        assert row_at(view, b"reservation/C") == Row(2, False, "F3", b"c2")
+    finally:
+        sec.close()
+        stores.close_all()
+
+
+def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) -> None:
+    """The worker flushes, writes and flushes again between two catch-ups: the rows of that
+    write are only in a table file. A bare RocksDB secondary then answers the older row of
+    its memtable at the new sequence number; the Secondary opens the instance again."""
+    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    store = stores.open(0)
+    sec = _secondary(store, tmp_path / "sec")
+    try:
+        _commit(store, {b"reservation/A": Row(2, False, "F1", b"a2")})
+        v = view_of(store, 5)
+        sec.publish(v.seq, 5)
+        view = sec.view()
+        assert view is not None and row_at(view, b"reservation/A") == Row(2, False, "F1", b"a2")
+        store.db.flush()
+        _commit(store, {b"reservation/A": Row(3, False, "F1", b"a3")})
+        store.db.flush()
+        v = view_of(store, 7)
+        sec.publish(v.seq, 7)
+        view = sec.view()
+        assert view is not None and view.position == 7
+        assert row_at(view, b"reservation/A") == Row(3, False, "F1", b"a3")
+        assert sec.reopened == 1
+        # The other instance of the pair missed the flushes too, and is opened again when it
+        # catches up; later catch-ups without a flush between open nothing again.
+        for version, position in ((4, 9), (5, 11), (6, 13)):
+            _commit(store, {b"reservation/A": Row(version, False, "F1", b"a%d" % version)})
+            v = view_of(store, position)
+            sec.publish(v.seq, position)
+            view = sec.view()
+            assert view is not None and view.position == position
+            assert row_at(view, b"reservation/A") == Row(version, False, "F1", b"a%d" % version)
+        assert sec.reopened == 2
+    finally:
+        sec.close()
+        stores.close_all()
