@@ -25,6 +25,8 @@ import time
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from services.worker.query.reader import run
+
 __all__ = ["main"]
 
 _SERVED = b"\r\nx-fifolane-reader: "
@@ -36,11 +38,10 @@ class _Conn(asyncio.Protocol):
     def __init__(self) -> None:
         self.buf = bytearray()
         self.done: asyncio.Future[bytes] | None = None
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None  # an asyncio or uvloop transport
         self.need = -1  # bytes of the whole answer, once its head is read
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
@@ -138,7 +139,11 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     with open(a.keys) as f:
         keys = json.load(f)
-    result = asyncio.run(_load(a.url, keys, a.seconds, a.concurrency, a.token))
+    result: dict[str, Any] = {}
+
+    async def go() -> None:
+        result.update(await _load(a.url, keys, a.seconds, a.concurrency, a.token))
+    run(go())
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -282,6 +282,17 @@ async def _serve(a: argparse.Namespace) -> None:
     await http.shutdown(1.0)
 
 
+def run(main: Any) -> None:
+    """Run the reader's event loop: uvloop's where it is installed (its transports cost about
+    half of asyncio's per request), asyncio's otherwise."""
+    try:
+        import uvloop
+    except ImportError:  # (Windows has none)
+        asyncio.run(main)
+        return
+    uvloop.run(main)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--host", required=True)
@@ -302,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
                         stream=sys.stderr)
     Path(a.work_dir).mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(_serve(a))
+        run(_serve(a))
     finally:
         shutil.rmtree(a.work_dir, ignore_errors=True)
 
