@@ -73,6 +73,7 @@ log = logging.getLogger("services.worker.query.reader")
 
 SERVED_BY = "X-Fifolane-Reader"
 _ENTITIES = API + "/entities/"
+_GROUPS_MAX = 100_000
 
 
 class Reader:
@@ -96,6 +97,9 @@ class Reader:
         self.work = Path(a.work_dir)
         self._cache = Cache(a.cache_mb << 20)
         self._opening: dict[int, int] = {}  # partition -> generation of the open under way
+        #: group -> partition (murmur2 in Python is a fair part of a read), for this many partitions
+        self._groups: dict[str, int] = {}
+        self._groups_of = 0
         #: views published while the partition's secondary opens
         self._pending: dict[int, list[tuple[int, int]]] = {}
         self._generation = 0
@@ -182,9 +186,19 @@ class Reader:
             return partition
         group = req.query.get("group")
         n = self.local.routing_partitions()
-        if group is not None:
-            return partition_for(group.encode(), n) if n else None
-        return None if self.local.directory else 0
+        if group is None:
+            return None if self.local.directory else 0
+        if not n:
+            return None
+        if n != self._groups_of:
+            self._groups.clear()
+            self._groups_of = n
+        p = self._groups.get(group)
+        if p is None:
+            if len(self._groups) >= _GROUPS_MAX:
+                self._groups.clear()
+            p = self._groups[group] = partition_for(group.encode(), n)
+        return p
 
     async def handle(self, req: web.BaseRequest) -> web.StreamResponse:
         """Every request: key reads (``/v1/entities/{type}/{key}``) may be answered here;
@@ -211,7 +225,7 @@ class Reader:
                 if p is not None:
                     self.local.refresh(p)
                     status, body = self.answers.entity(
-                        type_name, key, group=q.get("group"), partition=int_param(req, "partition"),
+                        type_name, key, group=q.get("group"), partition=p,
                         min_position=int_param(req, "min_position"))
                     if status in (OK, NOT_FOUND):
                         resp = json_response(status, body)
