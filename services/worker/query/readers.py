@@ -176,7 +176,8 @@ class Readers:
         """Every reader has closed its secondary of p when this returns (or is dead, or did
         not answer within 5 s: then it is started again, which closes its secondaries)."""
         with self._lock:
-            self._views.pop(p, None)
+            if self._views.pop(p, None) is None:
+                return  # never sent: no reader reads it
             self._acks += 1
             ack = self._acks
             for r in self._readers:

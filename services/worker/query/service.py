@@ -67,8 +67,13 @@ class _Hooks:
 
     def restore(self, topic: str, p: int) -> Any:
         q = self._q
-        if q.standbys is not None and topic == q._input:
-            q.standbys.release(p)  # before the restore opens the store (RocksDB: one instance)
+        if topic == q._input:
+            if q.standbys is not None:
+                q.standbys.release(p)  # before the restore opens the store (RocksDB: one instance)
+            # A partition restored again (its store fell behind another owner's commits) has
+            # a view from before: withdrawn, so neither the readers nor the worker answer from
+            # it until the partition is active again.
+            q._closing(p)
         return self._parts.restore(topic, p)
 
     def make_table(self, p: int) -> Any:
