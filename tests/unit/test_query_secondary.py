@@ -4,6 +4,7 @@ never shows a commit before its view is published."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict
@@ -131,4 +132,91 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
         assert sec.reopened == 2
     finally:
         sec.close()
+        stores.close_all()
+
+
+def test_a_missed_flush_compacted_out_of_level_0_is_found_too(tmp_path: Path) -> None:
+    """Two level-0 files exist and both instances have seen them; the worker flushes (a
+    full memtable), writes A=v3, flushes again: level 0 reaches RocksDB's default trigger
+    (4 files) and RocksDB compacts it on its own, so the next catch-up finds no new level-0
+    file. (Flushes are called here; a worker's memtables flush when full.)"""
+    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    store = stores.open(0)
+    sec = _secondary(store, tmp_path / "sec")
+    pos = 0
+    try:
+        def publish() -> None:
+            nonlocal pos
+            pos += 1
+            v = view_of(store, pos)
+            sec.publish(v.seq, pos)
+            view = sec.view()
+            assert view is not None and view.seq == v.seq
+        for k in (b"reservation/X", b"reservation/Y"):
+            _commit(store, {k: Row(1, False, "F1", b"x")})
+            store.db.flush()
+        _commit(store, {b"reservation/A": Row(2, False, "F1", b"a2")})
+        for k in (b"reservation/B", b"reservation/C", b"reservation/D"):
+            _commit(store, {k: Row(1, False, "F1", b"b")})
+            publish()   # both instances caught up: two level-0 files, A=v2 in their memtables
+        store.db.flush()
+        _commit(store, {b"reservation/A": Row(3, False, "F1", b"a3")})
+        store.db.flush()
+        for _ in range(100):
+            if not [f for f in store.db.live_files() if f["level"] == 0]:
+                break
+            time.sleep(0.05)
+        pos += 1
+        v = view_of(store, pos)
+        sec.publish(v.seq, pos)
+        view = sec.view()
+        assert view is not None and view.position == pos
+        got = row_at(view, b"reservation/A")
+        assert got is not None and got.version == 3, f"position {pos} answered {got}"
+    finally:
+        sec.close()
+        stores.close_all()
+
+
+def test_an_instance_that_fails_to_open_again_recovers(tmp_path: Path) -> None:
+    """A reopen that fails once (too many open files, a table file deleted by a compaction
+    meanwhile): the reads stay at the current view, and the instance opens at its next
+    catch-up (it once kept its closed db, and every later read raised)."""
+    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    store = stores.open(0)
+    opts = Options(raw_mode=True)
+    opts.set_max_open_files(-1)
+    fail = {"n": 0}
+
+    def open_db(at: str) -> Rdict:
+        if fail["n"] > 0:
+            fail["n"] -= 1
+            raise Exception("IO error: simulated (Too many open files)")
+        return Rdict(str(store.path), opts, access_type=AccessType.secondary(at))
+    sec = Secondary(0, str(store.path), open_db, str(tmp_path / "sec"), store.unpack)
+    pos = 0
+    try:
+        def commit_publish(k: bytes) -> None:
+            nonlocal pos
+            _commit(store, {k: Row(1, False, "F1", b"x")})
+            pos += 1
+            v = view_of(store, pos)
+            sec.publish(v.seq, pos)
+        commit_publish(b"reservation/A")
+        assert sec.view() is not None
+        store.db.flush()
+        commit_publish(b"reservation/B")   # new level-0 file: the spare reopens ...
+        fail["n"] = 1                     # ... and that one open fails
+        positions = []
+        for i in range(3):
+            view = sec.view()  # never raises
+            assert view is not None
+            positions.append(view.position)
+            commit_publish(b"reservation/C%d" % i)
+        assert fail["n"] == 0  # the failing open was tried
+        view = sec.view()
+        assert view is not None and view.position == pos
+        assert row_at(view, b"reservation/C2") == Row(1, False, "F1", b"x")
+        assert positions == sorted(positions)
+    finally:
         stores.close_all()

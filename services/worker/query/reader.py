@@ -74,6 +74,9 @@ log = logging.getLogger("services.worker.query.reader")
 SERVED_BY = "X-Fifolane-Reader"
 _ENTITIES = API + "/entities/"
 _GROUPS_MAX = 100_000
+#: request headers passed to the worker's endpoint, and answer headers passed back
+_FORWARDED = {"authorization", "content-type", "accept"}
+_RETURNED = {"content-type", "retry-after", "allow", "www-authenticate"}
 
 
 class Reader:
@@ -104,6 +107,11 @@ class Reader:
         self._pending: dict[int, list[tuple[int, int]]] = {}
         self._generation = 0
         self.session: aiohttp.ClientSession | None = None
+        #: when the worker last said it is alive (loop time); reads are answered here only
+        #: within the lease after it (services/worker/query/readers.py)
+        self.alive_at = float("-inf")
+        self._failed = False
+        self.lease = a.lease
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # -- secondaries ---------------------------------------------------------------------------
@@ -147,7 +155,9 @@ class Reader:
             sec = fut.result()
         except Exception as exc:  # noqa: BLE001 - reads of p go upstream
             log.warning("partition %d: cannot open a secondary of the store (%s); its reads go to the worker", p, exc)
-            self._opening.pop(p, None)
+            if self._opening.get(p) == gen:
+                del self._opening[p]
+                self._pending.pop(p, None)
             return
         if self._opening.get(p) != gen:
             sec.close()  # withdrawn while it opened
@@ -173,10 +183,15 @@ class Reader:
             _say({"ack": msg["ack"]})
         elif op == "me":
             self.local.set_me(MemberInfo(str(msg["worker"]), msg.get("url")))
+            assert self.loop is not None
+            self.alive_at = self.loop.time()
             self.upstream = str(msg["upstream"])
-            self.local.set_routing(int(msg.get("input_partitions", 0)), int(msg.get("directory_partitions", 0)))
         elif op == "routing":
             self.local.set_routing(int(msg["input_partitions"]), int(msg["directory_partitions"]))
+        elif op == "alive":
+            assert self.loop is not None
+            self.alive_at = self.loop.time()
+            _say({"pong": msg.get("n")})
 
     # -- HTTP ----------------------------------------------------------------------------------
     def _partition(self, req: web.BaseRequest) -> int | None:
@@ -204,6 +219,13 @@ class Reader:
         """Every request: key reads (``/v1/entities/{type}/{key}``) may be answered here;
         everything else is forwarded. (aiohttp's low-level server: no router, no middleware
         on the path every read takes.)"""
+        assert self.loop is not None
+        quiet = self.loop.time() - self.alive_at
+        if self.upstream and quiet > self.lease:
+            # The worker is frozen (SIGSTOP, a stalled machine): it may have lost its
+            # partitions to another worker by now, and would not answer a forwarded request.
+            return json_response("unavailable", {"status": "unavailable", "error": (
+                f"the worker has not been heard from for {quiet:.0f} s (paused?): retry, or ask another worker")})
         path = req.path
         if req.method == "GET" and path.startswith(_ENTITIES):
             type_name, _, key = path[len(_ENTITIES):].partition("/")
@@ -233,21 +255,26 @@ class Reader:
                         return resp
         except BadParam:
             pass  # the worker words the error
+        except Exception:  # noqa: BLE001 - the worker answers; the reader says why once
+            if not self._failed:
+                log.exception("a key read failed in the reader; it and the next ones that fail go to the worker")
+                self._failed = True
         return await self.forward(req)
 
     async def forward(self, req: web.BaseRequest) -> web.StreamResponse:
-        """The request, answered by the worker's own endpoint."""
+        """The request, answered by the worker's own endpoint: method, path, query, body and
+        the headers that matter go there, its status, body and headers come back."""
         assert self.session is not None
         if not self.upstream:
             return json_response("unavailable", {"status": "unavailable", "error": "the worker is starting: retry"})
-        headers = {k: v for k, v in req.headers.items() if k.lower() == "authorization"}
+        headers = {k: v for k, v in req.headers.items() if k.lower() in _FORWARDED}
         try:
-            async with self.session.get(self.upstream + req.path_qs, headers=headers,
-                                        allow_redirects=False) as up:
+            async with self.session.request(req.method, self.upstream + req.path_qs, headers=headers,
+                                            data=await req.read() if req.can_read_body else None,
+                                            allow_redirects=False) as up:
                 body = await up.read()
-                out = web.Response(status=up.status, body=body, content_type=up.content_type)
-                if "Retry-After" in up.headers:
-                    out.headers["Retry-After"] = up.headers["Retry-After"]
+                out = web.Response(status=up.status, body=body if req.method != "HEAD" else None,
+                                   headers={k: v for k, v in up.headers.items() if k.lower() in _RETURNED})
         except (TimeoutError, aiohttp.ClientError) as exc:
             return json_response("unavailable", {"status": "unavailable",
                                                  "error": f"the worker did not answer ({exc}): retry"})
@@ -277,7 +304,11 @@ def _follow_stdin(loop: asyncio.AbstractEventLoop, reader: Reader, done: asyncio
 async def _serve(a: argparse.Namespace) -> None:
     reader = Reader(a)
     reader.loop = asyncio.get_running_loop()
-    reader.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+    # No limit on connections to the worker: forwarded reads may wait (wait_ms, up to 30 s),
+    # and a pool of 100 made every other forwarded request queue behind them.
+    reader.session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=MAX_WAIT_MS / 1000 + 30))
     tls = None
     if a.tls_cert:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -321,6 +352,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--directory", type=int, default=1)
     ap.add_argument("--work-dir", required=True)
     ap.add_argument("--cache-mb", type=int, default=32)
+    ap.add_argument("--lease", type=float, default=2.0)
     a = ap.parse_args(argv)
     a.group_index, a.directory = bool(a.group_index), bool(a.directory)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",

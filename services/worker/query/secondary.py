@@ -14,6 +14,8 @@ the reads in the ``query`` benchmark). :class:`ReaderLocal` is what
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +27,8 @@ from services.worker.query.views import View, Views
 from services.worker.state import Row
 
 __all__ = ["ReaderLocal", "Secondary"]
+
+log = logging.getLogger(__name__)
 
 #: published (seq -> position) pairs a partition remembers: a secondary that caught up to
 #: a sequence whose view is published later still finds it
@@ -51,33 +55,52 @@ class _Instance:
     An instance that misses a flush's WAL (the worker flushed a memtable, wrote more and
     flushed again between two catch-ups) keeps the older rows of its own memtable in front of
     the newer ones of the flushed files: RocksDB answers the old value, at the new sequence
-    number. So when a catch-up finds a level-0 file it has not seen (a flush since the last
-    one), the instance is opened again, which reads the files and the live WAL afresh
-    (``test_query_secondary``).
+    number. Every flush makes a new table file (and a compaction of it another), so when a
+    catch-up finds a table file it has not seen, the instance is opened again, which reads
+    the files and the live WAL afresh (``test_query_secondary``). An instance that fails to
+    catch up or to open is closed, and opened again at its next catch-up.
     """
 
     def __init__(self, open_db: Callable[[str], Rdict], where: str) -> None:
         self._open_db = open_db
         self.where = where
-        self.db = open_db(where)
-        self.seq = self.db.latest_sequence_number()
-        self._flushed = self._level0()
+        self.db: Rdict | None = None
+        self.seq = -1
+        self._files: set[str] = set()
         self.view: View | None = None  # the view it stands at, once current
         self.reopened = 0
+        self._open()
 
-    def _level0(self) -> set[str]:
-        return {f["name"] for f in self.db.live_files() if f["level"] == 0}
+    def _open(self) -> None:
+        self.db = db = self._open_db(self.where)
+        self._files = {f["name"] for f in db.live_files()}
+        self.seq = db.latest_sequence_number()
+
+    def close(self) -> None:
+        db, self.db, self.seq, self.view = self.db, None, -1, None
+        if db is not None:
+            with contextlib.suppress(Exception):  # closed already: nothing to release
+                db.close()
 
     def catch_up(self) -> None:
-        self.db.try_catch_up_with_primary()
-        flushed = self._level0()
-        if flushed - self._flushed:
-            self.db.close()
-            self.db = self._open_db(self.where)
-            self.reopened += 1
-            flushed = self._level0()
-        self._flushed = flushed
-        self.seq = self.db.latest_sequence_number()
+        try:
+            db = self.db
+            if db is None:
+                self._open()
+                self.reopened += 1
+                return
+            db.try_catch_up_with_primary()
+            files = {f["name"] for f in db.live_files()}
+            if files - self._files:
+                self.close()
+                self._open()
+                self.reopened += 1
+                return
+            self._files = files
+            self.seq = db.latest_sequence_number()
+        except Exception:
+            self.close()
+            raise
 
 
 class Secondary:
@@ -115,9 +138,14 @@ class Secondary:
             s = 0 if c is None else 1 - c
             spare = self._pair[s]
             if spare.seq < self.newest:
-                spare.catch_up()
+                try:
+                    spare.catch_up()
+                except Exception as exc:  # noqa: BLE001 - reads stay at the current view
+                    log.warning("partition %d: a secondary of the store failed to catch up (%s); "
+                                "it is opened again at the next view", self.p, exc)
             position = self.published.get(spare.seq)
             if position is not None and spare.seq > at:
+                assert spare.db is not None  # (a failed instance has no sequence)
                 spare.view = View(_Get(spare.db), position, 0, spare.seq, None, self.unpack)
                 self._current, cur = s, spare
                 low = min(self._pair[0].seq, self._pair[1].seq)
@@ -127,7 +155,7 @@ class Secondary:
 
     def close(self) -> None:
         for inst in self._pair:
-            inst.db.close()
+            inst.close()
             shutil.rmtree(inst.where, ignore_errors=True)  # its info log
 
 

@@ -1,0 +1,259 @@
+"""The query readers under faults (real Kafka): forwarded long waits, every method and odd
+path answered as the worker answers, a reader whose port is taken, the reader of a frozen
+worker, two readers, a stop while a reader restarts, and a frozen reader. (Found by a
+review that tried to break the readers; each failed before its fix.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+import pytest
+from kafka_fixtures import wait_until
+from test_query import send_events
+from worker_support import WorkerProcess, WorkerThread, reservation, wait_accounted
+
+from fifolane.client import member_urls
+from fifolane.config import Settings
+
+pytestmark = pytest.mark.integration
+KEYS = [(f"R{i}", f"F{i % 5}") for i in range(10)]
+READER = "X-Fifolane-Reader"
+METHODS = ("GET", "HEAD", "POST", "DELETE", "PUT")
+
+
+def _ready(url: str) -> bool:
+    try:
+        for rid, f in KEYS:
+            r = httpx.get(f"{url}/v1/entities/reservation/{rid}", params={"group": f}, timeout=10)
+            if r.headers.get(READER) != "reader" or r.status_code != 200:
+                return False
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def _start(settings: Settings, wid: str, **kw: Any) -> WorkerThread:
+    return WorkerThread(settings, worker_id=wid, query_port=0, concurrency=2, **kw)
+
+
+def test_forwarded_long_waits_do_not_hold_up_other_requests(settings: Settings, topics: Any) -> None:
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    with _start(settings, "b1") as w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+
+        async def flood(base: str) -> float:
+            limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
+            async with httpx.AsyncClient(limits=limits, timeout=60) as c:
+                waits = [asyncio.create_task(c.get(f"{base}/v1/entities/reservation/R1",
+                                                   params={"group": "F1", "min_position": 10**9, "wait_ms": 8000}))
+                         for _ in range(120)]
+                await asyncio.sleep(1.0)
+                t0 = time.monotonic()
+                r = await c.get(f"{base}/v1/routing")
+                took = time.monotonic() - t0
+                assert r.status_code == 200
+                await asyncio.gather(*waits)
+                return took
+        direct = asyncio.run(flood(upstream))
+        public = asyncio.run(flood(url))
+        assert public < 2.0, f"/v1/routing took {public:.1f}s behind 120 forwarded waits (worker's own: {direct:.2f}s)"
+
+
+def test_methods_and_odd_paths_answer_as_the_worker(settings: Settings, topics: Any) -> None:
+    evs = [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS]
+    odd = ["a/b", "a%41", "a?b", "a#b", "x y", "ü", "/lead", "trail/"]
+    evs += [("reservation", reservation(k, "F1", 1), "upsert") for k in odd]
+    n = send_events(settings, evs)
+    with _start(settings, "b2") as w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        diffs = []
+        paths = []
+        for k in odd:
+            for enc in (quote(k, safe=""), quote(k, safe="/")):
+                for qs in ("?group=F1", "?group=F1&stale=true", ""):
+                    paths.append(f"/v1/entities/reservation/{enc}{qs}")
+        paths += ["/v1/entities/reservation/", "/v1/entities//R1?group=F1", "/v1/entities/nope/R1?group=F1",
+                  "/v1/entities/reservation/R1?group=F1&partition=99", "/v1/entities/reservation/R1?group=F1&partition=-1",
+                  "/v1/entities/reservation/R1?group=F1&min_position=-5", "/v1/entities/reservation/R1?group=F1&wait_ms=0",
+                  "/v1/entities/reservation/R1?group=F1&group=F2", "/v1/entities/reservation/R1?partition=0",
+                  "/v1/entities/reservation/R1?group=F1&stale=bogus", "/v1/entities/reservation/R1?group=",
+                  "/v1/entities/reservation/R1?group=F1&" + "x=" + "y" * 7000,
+                  "/v1/entities/reservation/R1/../R2?group=F1", "/v1//entities/reservation/R1?group=F1",
+                  "/v1/nothing", "/", "/v1/groups/F1?type=reservation"]
+        with httpx.Client(timeout=30) as c:
+            for p in paths:
+                for method in METHODS:
+                    a = c.request(method, url + p)
+                    b = c.request(method, upstream + p)
+                    ja = a.text
+                    jb = b.text
+                    if (a.status_code, ja) != (b.status_code, jb):
+                        diffs.append(f"{method} {p[:80]}: public {a.status_code} {ja[:120]!r} [{a.headers.get(READER)}]"
+                                     f" | worker {b.status_code} {jb[:120]!r}")
+        assert not diffs, f"{len(diffs)} differences"
+
+
+def test_a_reader_whose_port_was_taken_moves_to_a_free_one(settings: Settings, topics: Any) -> None:
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    with _start(settings, "b3") as w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        readers = w.worker.query.readers
+        port = urlsplit(url).port
+        old = readers._readers[0].proc
+        os.kill(old.pid, signal.SIGKILL)
+        old.wait(10)
+        squat = socket.socket()
+        squat.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squat.bind(("127.0.0.1", port))
+        squat.listen(1)
+        try:
+            # The worker's publishes never wait for a restart (it starts the reader unlocked).
+            worst, t_end = 0.0, time.monotonic() + 5
+            while time.monotonic() < t_end:
+                t0 = time.monotonic()
+                with readers._lock:
+                    pass
+                worst = max(worst, time.monotonic() - t0)
+                time.sleep(0.05)
+            assert worst < 0.5
+            moved = wait_until(lambda: (u := w.worker.query.me.url) != url and u, timeout=30,
+                               message="the reader moved to a free port")
+            wait_until(lambda: _ready(moved), timeout=30, message="the reader answers on its new port")
+            assert moved in member_urls(settings)  # published to clients
+        finally:
+            squat.close()
+
+
+def test_the_reader_of_a_frozen_worker_stops_answering(settings: Settings, topics: Any, tmp_path: Path) -> None:
+    send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    a = WorkerProcess(settings, "pa", tmp_path, extra=["--query-port", "0"]).start()
+    try:
+        url_a = wait_until(lambda: (u := member_urls(settings)) and u[0], timeout=60, message="pa serving")
+        wait_until(lambda: _ready(url_a), timeout=60, message="pa's reader answers")
+        a.pause()  # SIGSTOP the worker only (a long GC pause, a stalled VM); its reader runs on
+        with _start(settings, "pb") as b:
+            wait_until(lambda: len(b.worker.assigned_partitions) == settings.partitions, timeout=90,
+                       message="pb owns every partition")
+            send_events(settings, [("reservation", reservation(rid, f, 2), "upsert") for rid, f in KEYS])
+            url_b = wait_until(lambda: b.worker.query.me.url, timeout=60, message="pb serving")
+
+            def b_has_v2() -> bool:
+                for rid, f in KEYS:
+                    r = httpx.get(f"{url_b}/v1/entities/reservation/{rid}", params={"group": f}, timeout=10)
+                    if r.status_code != 200 or r.json()["version"] != 2:
+                        return False
+                return True
+            wait_until(b_has_v2, timeout=60, message="pb answers version 2")
+            for rid, f in KEYS:
+                r = httpx.get(f"{url_a}/v1/entities/reservation/{rid}", params={"group": f}, timeout=5)
+                assert r.status_code == 503 and r.json()["status"] == "unavailable", r.text
+                assert "has not been heard from" in r.json()["error"]
+    finally:
+        a.resume()
+        a.kill()
+
+
+def test_two_readers_share_the_port_and_stop_cleanly(settings: Settings, topics: Any) -> None:
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    before = threading.active_count()
+    w = _start(settings, "b5", query_readers=2)
+    with w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        readers = w.worker.query.readers
+        pids = [r.proc.pid for r in readers._readers]
+        assert len(pids) == 2
+        work = readers._work
+        served: dict[str | None, int] = {}
+        for _ in range(40):
+            r = httpx.get(f"{url}/v1/entities/reservation/R1", params={"group": "F1"}, timeout=10)
+            served[r.headers.get(READER)] = served.get(r.headers.get(READER), 0) + 1
+        assert served == {"reader": 40}
+        os.kill(pids[0], signal.SIGKILL)
+        fails = 0
+        for _ in range(100):
+            try:
+                r = httpx.get(f"{url}/v1/entities/reservation/R1", params={"group": "F1"}, timeout=10)
+                fails += r.status_code != 200
+            except httpx.HTTPError:
+                fails += 1
+            time.sleep(0.02)
+        assert fails == 0  # the other reader answered meanwhile
+        wait_until(lambda: readers.restarts == 1, timeout=30, message="the killed reader started again")
+        pids += [r.proc.pid for r in readers._readers]
+    port = urlsplit(url).port
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
+    assert [p for p in pids if os.path.exists(f"/proc/{p}")] == []
+    assert not work.exists()
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("query-reader")]
+    assert threading.active_count() <= before + 1
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.6, 1.2])
+def test_stop_while_a_reader_restarts(settings: Settings, topics: Any, delay: float) -> None:
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    w = _start(settings, f"b6{int(delay*10)}")
+    with w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        readers = w.worker.query.readers
+        work = readers._work
+        old = readers._readers[0].proc
+        os.kill(old.pid, signal.SIGKILL)
+        old.wait(10)
+        time.sleep(delay)  # the stop comes this long into the reader's restart
+    time.sleep(3)  # a reader started after the stop would be up by now: none may be
+    port = urlsplit(url).port
+    procs = [r.proc for r in readers._readers]
+    alive = [p.pid for p in procs if p.poll() is None]
+    with socket.socket() as s:
+        still = s.connect_ex(("127.0.0.1", port)) == 0
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    assert not alive and not still
+    assert not work.exists()
+
+
+def test_a_frozen_reader_is_replaced(settings: Settings, topics: Any) -> None:
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    with _start(settings, "b7") as w:
+        wait_accounted([w], n, timeout=90)
+        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        proc = w.worker.query.readers._readers[0].proc
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            readers = w.worker.query.readers
+            wait_until(lambda: readers._readers[0].proc is not proc, timeout=60, message="the frozen reader replaced")
+            outcome = []
+            wait_until(lambda: _ready(url), timeout=30, message="the new reader answers")
+            for _ in range(3):
+                r = httpx.get(f"{url}/v1/routing", timeout=5)
+                outcome.append(r.status_code)
+            assert outcome == [200, 200, 200]
+            assert w.worker.query.readers._readers[0].proc is not proc
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
