@@ -41,7 +41,7 @@ def reads_plot(path: Path, by_load: dict[float, tuple[float, float, float]], max
     lat.plot(labels, [by_load[s][1] for s in shares], "o-", color="#228833", label="p50 ms")
     lat.plot(labels, [by_load[s][2] for s in shares], "s--", color="#cc3311", label="p99 ms")
     lat.set_ylabel("latency (ms)")
-    lat.legend(loc="upper left", fontsize=8)
+    lat.legend(loc="upper right", fontsize=8)
     ax.set_title("Query API key reads under write load (one worker, 2 cores)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
