@@ -42,6 +42,14 @@ def _ready(url: str) -> bool:
         return False
 
 
+def _serving(w: WorkerThread, n: int) -> str:
+    """The worker's public address, once it applied ``n`` events and its reader answers."""
+    wait_accounted([w], n, timeout=90)
+    url: str = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+    wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+    return url
+
+
 def _start(settings: Settings, wid: str, **kw: Any) -> WorkerThread:
     return WorkerThread(settings, worker_id=wid, query_port=0, concurrency=2, **kw)
 
@@ -49,10 +57,8 @@ def _start(settings: Settings, wid: str, **kw: Any) -> WorkerThread:
 def test_forwarded_long_waits_do_not_hold_up_other_requests(settings: Settings, topics: Any) -> None:
     n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
     with _start(settings, "b1") as w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        url = _serving(w, n)
         upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
 
         async def flood(base: str) -> float:
             limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
@@ -78,10 +84,8 @@ def test_methods_and_odd_paths_answer_as_the_worker(settings: Settings, topics: 
     evs += [("reservation", reservation(k, "F1", 1), "upsert") for k in odd]
     n = send_events(settings, evs)
     with _start(settings, "b2") as w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
+        url = _serving(w, n)
         upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
         diffs = []
         paths = []
         for k in odd:
@@ -112,9 +116,7 @@ def test_methods_and_odd_paths_answer_as_the_worker(settings: Settings, topics: 
 def test_a_reader_whose_port_was_taken_moves_to_a_free_one(settings: Settings, topics: Any) -> None:
     n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
     with _start(settings, "b3") as w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        url = _serving(w, n)
         readers = w.worker.query.readers
         port = urlsplit(url).port
         old = readers._readers[0].proc
@@ -176,9 +178,7 @@ def test_two_readers_share_the_port_and_stop_cleanly(settings: Settings, topics:
     before = threading.active_count()
     w = _start(settings, "b5", query_readers=2)
     with w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        url = _serving(w, n)
         readers = w.worker.query.readers
         pids = [r.proc.pid for r in readers._readers]
         assert len(pids) == 2
@@ -214,9 +214,7 @@ def test_stop_while_a_reader_restarts(settings: Settings, topics: Any, delay: fl
     n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
     w = _start(settings, f"b6{int(delay*10)}")
     with w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        url = _serving(w, n)
         readers = w.worker.query.readers
         work = readers._work
         old = readers._readers[0].proc
@@ -239,9 +237,7 @@ def test_stop_while_a_reader_restarts(settings: Settings, topics: Any, delay: fl
 def test_a_frozen_reader_is_replaced(settings: Settings, topics: Any) -> None:
     n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
     with _start(settings, "b7") as w:
-        wait_accounted([w], n, timeout=90)
-        url = wait_until(lambda: w.worker.query.me.url, timeout=60, message="serving")
-        wait_until(lambda: _ready(url), timeout=60, message="reader answers")
+        url = _serving(w, n)
         proc = w.worker.query.readers._readers[0].proc
         os.kill(proc.pid, signal.SIGSTOP)
         try:
