@@ -219,13 +219,18 @@ class Reader:
         """Every request: key reads (``/v1/entities/{type}/{key}``) may be answered here;
         everything else is forwarded. (aiohttp's low-level server: no router, no middleware
         on the path every read takes.)"""
+        refused = check_token(req, self.token)
+        if refused is not None:
+            return refused
         assert self.loop is not None
         quiet = self.loop.time() - self.alive_at
         if self.upstream and quiet > self.lease:
             # The worker is frozen (SIGSTOP, a stalled machine): it may have lost its
             # partitions to another worker by now, and would not answer a forwarded request.
-            return json_response("unavailable", {"status": "unavailable", "error": (
+            resp = json_response("unavailable", {"status": "unavailable", "error": (
                 f"the worker has not been heard from for {quiet:.0f} s (paused?): retry, or ask another worker")})
+            resp.headers[SERVED_BY] = "reader"
+            return resp
         path = req.path
         if req.method == "GET" and path.startswith(_ENTITIES):
             type_name, _, key = path[len(_ENTITIES):].partition("/")
@@ -236,9 +241,6 @@ class Reader:
     async def entity(self, req: web.BaseRequest, type_name: str, key: str) -> web.StreamResponse:
         """A key read: answered here when the partition's secondary stands at a published
         view and the answer is ``ok`` or ``not_found``; otherwise by the worker."""
-        refused = check_token(req, self.token)
-        if refused is not None:
-            return refused
         try:
             q = req.query
             wait_ms = int_param(req, "wait_ms")
