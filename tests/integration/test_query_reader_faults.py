@@ -60,22 +60,24 @@ def test_forwarded_long_waits_do_not_hold_up_other_requests(settings: Settings, 
         url = _serving(w, n)
         upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
 
-        async def flood(base: str) -> float:
+        async def flood(base: str) -> None:
+            """120 reads wait (8 s each) for a position that never comes; routing asked
+            meanwhile is answered while they all still wait (a pool of 100 connections to
+            the worker made it queue behind them)."""
             limits = httpx.Limits(max_connections=300, max_keepalive_connections=300)
             async with httpx.AsyncClient(limits=limits, timeout=60) as c:
                 waits = [asyncio.create_task(c.get(f"{base}/v1/entities/reservation/R1",
                                                    params={"group": "F1", "min_position": 10**9, "wait_ms": 8000}))
                          for _ in range(120)]
-                await asyncio.sleep(1.0)
-                t0 = time.monotonic()
+                await asyncio.sleep(1.0)  # the waits reach the worker
                 r = await c.get(f"{base}/v1/routing")
-                took = time.monotonic() - t0
+                pending = sum(not t.done() for t in waits)
                 assert r.status_code == 200
-                await asyncio.gather(*waits)
-                return took
-        direct = asyncio.run(flood(upstream))
-        public = asyncio.run(flood(url))
-        assert public < 2.0, f"/v1/routing took {public:.1f}s behind 120 forwarded waits (worker's own: {direct:.2f}s)"
+                answers = await asyncio.gather(*waits)
+                assert [a.status_code for a in answers] == [504] * 120
+                assert pending == 120, f"routing was answered after {120 - pending} of the waits ended"
+        asyncio.run(flood(upstream))
+        asyncio.run(flood(url))
 
 
 def test_methods_and_odd_paths_answer_as_the_worker(settings: Settings, topics: Any) -> None:
@@ -127,15 +129,6 @@ def test_a_reader_whose_port_was_taken_moves_to_a_free_one(settings: Settings, t
         squat.bind(("127.0.0.1", port))
         squat.listen(1)
         try:
-            # The worker's publishes never wait for a restart (it starts the reader unlocked).
-            worst, t_end = 0.0, time.monotonic() + 5
-            while time.monotonic() < t_end:
-                t0 = time.monotonic()
-                with readers._lock:
-                    pass
-                worst = max(worst, time.monotonic() - t0)
-                time.sleep(0.05)
-            assert worst < 0.5
             moved = wait_until(lambda: (u := w.worker.query.me.url) != url and u, timeout=30,
                                message="the reader moved to a free port")
             wait_until(lambda: _ready(moved), timeout=30, message="the reader answers on its new port")
