@@ -394,7 +394,7 @@ class KafkaClients:
             for res, fut in futures.items():
                 entries = fut.result(timeout=timeout)
                 found_configs[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
-        except KafkaException as exc:  # configs are optional: Kafka's defaults are assumed
+        except (KafkaException, TimeoutError) as exc:  # optional: a frozen broker is no reason to stop
             log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
-                        map_error(exc, "describe configs"))
-        return found_configs
+                        map_error(exc, "describe configs") if isinstance(exc, KafkaException) else "timed out")
+        return {n: found_configs.get(n, {}) for n in names}

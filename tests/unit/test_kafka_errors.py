@@ -127,3 +127,32 @@ def test_send_is_the_clients_produce_and_every_failure_of_it_is_produced_again_c
     producer = TxnProducer({}, transactional=True, factory=lambda conf: refused)
     with pytest.raises(RecordRefusedError, match="produce to t"):
         send_then_produce(producer, b"4")
+
+
+def test_topic_configs_that_do_not_come_in_time_are_kafkas_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker frozen while the worker starts: describe_configs does not answer within the
+    timeout. The worker goes on with Kafka's defaults (it once exited with TimeoutError)."""
+    import concurrent.futures
+    from types import SimpleNamespace
+
+    import services.worker.kafka as kafka
+
+    class _Late:
+        def result(self, timeout: float | None = None) -> object:
+            raise concurrent.futures.TimeoutError()
+
+    class _Access:
+        def __init__(self, base: object, timeout: float) -> None:
+            self.principal = None
+            self.admin = SimpleNamespace(describe_configs=lambda resources, request_timeout: {
+                r: _Late() for r in resources})
+
+        def topics(self, names: list[str]) -> dict[str, object]:
+            return {n: SimpleNamespace(exists=True, allows=lambda op: True) for n in names}
+
+        def group_allows(self, group: str, op: str) -> bool:
+            return True
+
+    monkeypatch.setattr(kafka, "KafkaAccess", _Access)
+    got = kafka.KafkaClients({}).topic_configs(["a", "b"], timeout=0.1)
+    assert got == {"a": {}, "b": {}}
