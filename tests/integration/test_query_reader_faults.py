@@ -132,7 +132,7 @@ def test_a_reader_whose_port_was_taken_moves_to_a_free_one(settings: Settings, t
             moved = wait_until(lambda: (u := w.worker.query.me.url) != url and u, timeout=30,
                                message="the reader moved to a free port")
             wait_until(lambda: _ready(moved), timeout=30, message="the reader answers on its new port")
-            assert moved in member_urls(settings)  # published to clients
+            wait_until(lambda: moved in member_urls(settings), timeout=30, message="the new address published")
         finally:
             squat.close()
 
