@@ -4,9 +4,9 @@ never shows a commit before its view is published."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from kafka_fixtures import wait_until
 from rocksdict import AccessType, Options, Rdict
 
 from services.worker.query.reads import row_at
@@ -162,10 +162,8 @@ def test_a_missed_flush_compacted_out_of_level_0_is_found_too(tmp_path: Path) ->
         store.db.flush()
         _commit(store, {b"reservation/A": Row(3, False, "F1", b"a3")})
         store.db.flush()
-        for _ in range(100):
-            if not [f for f in store.db.live_files() if f["level"] == 0]:
-                break
-            time.sleep(0.05)
+        wait_until(lambda: not [f for f in store.db.live_files() if f["level"] == 0], timeout=30,
+                   message="RocksDB compacted level 0 (4 files)")
         pos += 1
         v = view_of(store, pos)
         sec.publish(v.seq, pos)
