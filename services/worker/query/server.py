@@ -25,7 +25,7 @@ from fifolane.query import API, BAD_REQUEST, STATUS_CODES, TIMEOUT, UNAUTHORIZED
 from services.worker.query.answers import BEHIND, BUSY, Answer, Answers
 from services.worker.query.reads import json_default
 
-__all__ = ["BadParam", "QueryServer", "bool_param", "check_token", "int_param", "json_response"]
+__all__ = ["BadParam", "QueryServer", "check_token", "int_param", "json_response"]
 
 log = logging.getLogger(__name__)
 
@@ -182,11 +182,11 @@ class QueryServer:
             if time.monotonic() - started >= limit:
                 if status == BEHIND:
                     return json_response(TIMEOUT, {"status": TIMEOUT, **body, "waited_ms": wait_ms or 0,
-                                           "error": "the partition's committed position did not reach "
-                                                    "min_position within wait_ms"})
+                                                   "error": "the partition's committed position did not "
+                                                            "reach min_position within wait_ms"})
                 return json_response(UNAVAILABLE, {"status": UNAVAILABLE, **body,
-                                           "error": "the partition is written faster than a scan page "
-                                                    "can be read: retry"})
+                                                   "error": "the partition is written faster than a scan "
+                                                            "page can be read: retry"})
             await asyncio.sleep(_RETRY_S)
 
     async def _entity(self, req: web.Request) -> web.Response:
