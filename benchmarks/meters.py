@@ -17,6 +17,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,12 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 __all__ = ["Brokers", "TopicBytes", "cpu_seconds", "find_brokers", "loadavg", "read_records",
-           "restored_from_log"]
+           "restore_span", "restored_from_log"]
 
 _RESTORED = re.compile(r"restored \S+\[(\d+)\]: (\d+) records in ([\d.]+)s")
+#: the same line with its log time (``2026-11-24 02:16:26,670``)
+_RESTORED_AT = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) .*restored \S+\[\d+\]: \d+ records in ([\d.]+)s",
+                          re.MULTILINE)
 
 
 def restored_from_log(log: Path) -> dict[int, tuple[int, float]]:
@@ -36,6 +40,23 @@ def restored_from_log(log: Path) -> dict[int, tuple[int, float]]:
     except OSError:
         return {}
     return {int(p): (int(n), float(s)) for p, n, s in _RESTORED.findall(text)}
+
+
+def restore_span(log: Path) -> float | None:
+    """Seconds from the first partition's restore start to the last one's end, from the
+    same log lines (a worker restores its partitions at the same time, one thread each, so
+    the sum of their times is not how long the restore took)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    spans = []
+    for stamp, ms, secs in _RESTORED_AT.findall(text):
+        end = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S").timestamp() + int(ms) / 1000
+        spans.append((end - float(secs), end))
+    if not spans:
+        return None
+    return max(e for _s, e in spans) - min(s for s, _e in spans)
 
 
 def loadavg() -> list[float]:
