@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -113,6 +114,62 @@ def test_methods_and_odd_paths_answer_as_the_worker(settings: Settings, topics: 
                         diffs.append(f"{method} {p[:80]}: public {a.status_code} {ja[:120]!r} [{a.headers.get(READER)}]"
                                      f" | worker {b.status_code} {jb[:120]!r}")
         assert not diffs, f"{len(diffs)} differences"
+
+
+def _raw(url: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``request`` as it is (no client library would send it); status, headers, body."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            head, sep, body = data.partition(b"\r\n\r\n")
+            if sep and b"content-length" in head.lower():
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                if len(body) >= length:
+                    break
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_requests_the_api_has_no_answer_for_get_json_answers(settings: Settings, topics: Any) -> None:
+    """No such path, another method, a body over the limit, a target that is not a path:
+    a JSON ``bad_request`` with the HTTP code, from the reader and from the worker alike (a
+    review found plain-text bodies, and ``OPTIONS *`` answered 503 with the private port)."""
+    n = send_events(settings, [("reservation", reservation(rid, f, 1), "upsert") for rid, f in KEYS])
+    with _start(settings, "b8") as w:
+        url = _serving(w, n)
+        upstream = f"http://127.0.0.1:{w.worker.query.server.port}"
+        with httpx.Client(timeout=30) as c:
+            for base in (url, upstream):
+                for method, path, code in [("GET", "/v1/nothing", 404), ("GET", "/", 404),
+                                           ("GET", "/v1/entities/reservation/", 404),
+                                           ("POST", "/v1/entities/reservation/R1", 405),
+                                           ("DELETE", "/v1/routing", 405)]:
+                    r = c.request(method, base + path)
+                    assert r.status_code == code, (base, method, path, r.text)
+                    assert r.json()["status"] == "bad_request", (base, method, path)
+                    if code == 405:
+                        assert "GET" in r.headers["Allow"]
+            r = c.post(url + "/v1/routing", content=b"x" * (2 << 20))
+            assert (r.status_code, r.json()["status"], r.headers[READER]) == (413, "bad_request", "reader")
+            assert c.get(url + "/v1/routing").status_code == 200  # and the reader goes on
+        status, headers, body = _raw(url, b"OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert (status, headers.get("x-fifolane-reader")) == (400, "reader")
+        answer = json.loads(body)
+        assert answer["status"] == "bad_request" and "'*'" in answer["error"]
+        assert str(w.worker.query.server.port) not in body.decode()  # the private port stays private
+        # Not HTTP at all: refused by the HTTP layer (plain text), and the reader still serves.
+        status, _h, _b = _raw(url, b"GARBAGE\r\n\r\n")
+        assert status == 400
+        assert _ready(url)
 
 
 def test_a_reader_whose_port_was_taken_moves_to_a_free_one(settings: Settings, topics: Any) -> None:

@@ -51,7 +51,7 @@ from rocksdict import AccessType, BlockBasedOptions, Cache, Options, Rdict
 
 from fifolane.config import Settings
 from fifolane.partitioner import partition_for
-from fifolane.query import API, NOT_FOUND, OK
+from fifolane.query import API, BAD_REQUEST, NOT_FOUND, OK
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.serde.state_records import StateRecordReader
 from services.worker.query.answers import Answers
@@ -63,6 +63,8 @@ from services.worker.query.server import (
     check_token,
     int_param,
     json_response,
+    quiet_bad_http,
+    refused,
 )
 from services.worker.state import PartitionStore
 
@@ -219,9 +221,9 @@ class Reader:
         """Every request: key reads (``/v1/entities/{type}/{key}``) may be answered here;
         everything else is forwarded. (aiohttp's low-level server: no router, no middleware
         on the path every read takes.)"""
-        refused = check_token(req, self.token)
-        if refused is not None:
-            return refused
+        denied = check_token(req, self.token)
+        if denied is not None:
+            return denied
         assert self.loop is not None
         quiet = self.loop.time() - self.alive_at
         if self.upstream and quiet > self.lease:
@@ -232,6 +234,11 @@ class Reader:
             resp.headers[SERVED_BY] = "reader"
             return resp
         path = req.path
+        if not path.startswith("/"):  # "OPTIONS *", an absolute URL: not a path of the API
+            resp = json_response(BAD_REQUEST, {"status": BAD_REQUEST, "error": (
+                f"the request target must be a path of the API (docs/formats.md, 'Query API'), got {path!r}")})
+            resp.headers[SERVED_BY] = "reader"
+            return resp
         if req.method == "GET" and path.startswith(_ENTITIES):
             type_name, _, key = path[len(_ENTITIES):].partition("/")
             if type_name and key:
@@ -271,9 +278,14 @@ class Reader:
             return json_response("unavailable", {"status": "unavailable", "error": "the worker is starting: retry"})
         headers = {k: v for k, v in req.headers.items() if k.lower() in _FORWARDED}
         try:
+            data = await req.read() if req.can_read_body else None
+        except web.HTTPException as exc:  # a body over the size limit (413)
+            resp = refused(exc, req.method, req.path)
+            resp.headers[SERVED_BY] = "reader"
+            return resp
+        try:
             async with self.session.request(req.method, self.upstream + req.path_qs, headers=headers,
-                                            data=await req.read() if req.can_read_body else None,
-                                            allow_redirects=False) as up:
+                                            data=data, allow_redirects=False) as up:
                 body = await up.read()
                 out = web.Response(status=up.status, body=body if req.method != "HEAD" else None,
                                    headers={k: v for k, v in up.headers.items() if k.lower() in _RETURNED})
@@ -304,6 +316,7 @@ def _follow_stdin(loop: asyncio.AbstractEventLoop, reader: Reader, done: asyncio
 
 
 async def _serve(a: argparse.Namespace) -> None:
+    quiet_bad_http()
     reader = Reader(a)
     reader.loop = asyncio.get_running_loop()
     # No limit on connections to the worker: forwarded reads may wait (wait_ms, up to 30 s),

@@ -20,12 +20,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from fifolane.query import API, BAD_REQUEST, STATUS_CODES, TIMEOUT, UNAUTHORIZED, UNAVAILABLE
 from services.worker.query.answers import BEHIND, BUSY, Answer, Answers
 from services.worker.query.reads import json_default
 
-__all__ = ["BadParam", "QueryServer", "check_token", "int_param", "json_response"]
+__all__ = ["BadParam", "QueryServer", "check_token", "int_param", "json_response", "quiet_bad_http", "refused"]
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +62,54 @@ class BadParam(Exception):
     """A request parameter that cannot be read (answered 400)."""
 
 
-def json_response(status: str, body: dict[str, Any]) -> web.Response:
-    code = STATUS_CODES.get(status, 500)
+def json_response(status: str, body: dict[str, Any], code: int | None = None) -> web.Response:
+    code = code or STATUS_CODES.get(status, 500)
     headers = {"Retry-After": "1"} if code == 503 else None
     return web.Response(status=code, body=_encode(body).encode(), content_type="application/json",
                         headers=headers)
 
 
+def refused(exc: web.HTTPException, method: str, path: str) -> web.Response:
+    """The JSON answer to a request the API has no answer for (``bad_request``, with the
+    HTTP code of ``exc``): a path it does not have (404), a method other than GET and HEAD
+    (405), a body over the size limit (413)."""
+    error = {404: f"no such path: {path!r} (the API: docs/formats.md, 'Query API')",
+             405: f"{method} is not answered here: only GET (and HEAD)"}.get(exc.status, f"{exc.reason}: {exc.text}")
+    resp = json_response(BAD_REQUEST, {"status": BAD_REQUEST, "error": error}, code=exc.status)
+    allow = exc.headers.get("Allow")
+    if allow:
+        resp.headers["Allow"] = allow
+    return resp
+
+
+class _BadHttp(logging.Filter):
+    """Requests that are not HTTP (a malformed request line or header, a header over the
+    size limit, TLS on a plain port) are the client's fault: aiohttp answers them with a
+    plain-text 400 and logs an ERROR with a traceback for each, so any client could fill the
+    log. They are logged at DEBUG, one line each."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            log.debug("refused a request that is not valid HTTP: %s", exc)
+            return False
+        return True
+
+
+def quiet_bad_http() -> None:
+    """Install :class:`_BadHttp` on aiohttp's server logger (once)."""
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _BadHttp) for f in server_log.filters):
+        server_log.addFilter(_BadHttp())
+
+
 def check_token(request: web.BaseRequest, token: str | None) -> web.Response | None:
-    """The 401 answer to a request without the endpoint's bearer token (None: let it in)."""
+    """The 401 answer to a request without the endpoint's bearer token (None: let it in).
+    The scheme is case-insensitive (RFC 9110); the token is compared in constant time."""
     if token is None:
         return None
-    given = request.headers.get("Authorization", "")
-    if hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
         return None
     return json_response(UNAUTHORIZED, {"status": UNAUTHORIZED,
                                         "error": "a valid 'Authorization: Bearer <token>' header is required"})
@@ -102,6 +138,7 @@ class QueryServer:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> int:
         """Bind and serve; returns the bound port (``port=0``: any free one)."""
+        quiet_bad_http()
         ready = threading.Event()
         failed: list[BaseException] = []
 
@@ -160,13 +197,17 @@ class QueryServer:
     async def _auth(self, request: web.Request,
                     handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
         self.requests += 1
-        refused = check_token(request, self._token)
-        if refused is not None:
-            return refused
+        denied = check_token(request, self._token)
+        if denied is not None:
+            return denied
         try:
             return await handler(request)
         except BadParam as exc:
             return json_response(BAD_REQUEST, {"status": BAD_REQUEST, "error": str(exc)})
+        except web.HTTPException as exc:  # the router's: no such path, another method
+            if exc.status < 400:
+                raise
+            return refused(exc, request.method, request.path)
 
     async def _retrying(self, req: web.Request, ask: Callable[[], Answer]) -> web.Response:
         wait_ms = int_param(req, "wait_ms", None)
