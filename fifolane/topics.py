@@ -317,7 +317,14 @@ def ensure_topics(
     if created_names:
         _wait_for_leaders(admin, created_names, timeout)
         # Read back what the broker made (replication -1 = its default.replication.factor).
+        # The broker asked next may not list a topic created a moment ago (3 nodes: each
+        # learns of it in its own time); until it does, ask again. (Without the retry, such
+        # a topic kept replication -1 and was warned about as under-replicated.)
+        deadline = time.monotonic() + timeout
         made = _existing(admin, created_names, timeout)
+        while len(made) < len(created_names) and time.monotonic() < deadline:
+            time.sleep(0.1)  # metadata propagation; bounded by the deadline
+            made = _existing(admin, created_names, timeout)
         for role, state in result.items():
             if state.name in made:
                 result[role] = replace(made[state.name], role=role, created=True)
