@@ -353,9 +353,9 @@ class Worker:
         self._after_abort(self.ckpt.abort(exc))
 
     def _abort_lost(self) -> None:
-        """Partitions were lost (a rebalance we missed): whatever is open cannot commit."""
+        """Partitions lost: nothing open commits; events taken since the last commit go back."""
         assert self.ckpt is not None
-        if self.ckpt.is_open:
+        if self.ckpt.is_open or not self.sched.idle():
             self._abort(TransactionAbortedError("partitions lost", code="PARTITIONS_LOST"))
 
     def _after_abort(self, outcome: Outcome) -> None:

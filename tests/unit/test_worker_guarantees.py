@@ -480,3 +480,40 @@ def test_at_least_once_commits_when_the_input_pauses_not_at_every_gap(tmp_path: 
     assert w.committed
     w.poll_once()  # still nothing, and nothing open: no empty commits
     assert w.stats.commits == 1
+
+
+def test_partitions_lost_while_a_call_outlives_the_commit(tmp_path: Path) -> None:
+    """A worker paused past its session (SIGSTOP) loses its partitions while a handler call
+    that outlived the last commit still runs, and no transaction is open: the call's result
+    is dropped and every partition rewinds (the worker crashed with a KeyError on the lost
+    partition when the call finished: tests/faults/test_worker_pauses.py in CI)."""
+    app = App("slow")
+    gate = threading.Event()
+    calls: list[str] = []
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        calls.append(event.key)
+        if event.key == "SLOW":
+            assert gate.wait(10)
+        assert event.value is not None
+        state.put("reservation", event.value)
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "SLOW", "F1", 1), _msg(0, 101, "R2", "F2", 1), _msg(1, 200, "R3", "F3", 1)])
+    wait_until(lambda: w.poll_once() or sorted(calls) == ["R2", "R3", "SLOW"] and w.sched.in_flight == 1,
+               timeout=10, message=lambda: str(calls))
+    w.checkpoint()  # SLOW still runs; R2 and R3 committed
+    assert w.ckpt is not None and not w.ckpt.is_open
+    aborts = w.stats.aborts
+    threading.Timer(0.2, gate.set).start()  # SLOW finishes while the loss is handled
+    clients.fake_consumer.callbacks["on_lost"](None, [TopicPartition("in", 0)])
+    assert w.assigned_partitions == [1]
+    assert w.sched.idle() and w.sched.in_flight == 0  # SLOW's result was dropped, not applied
+    assert w.stats.aborts == aborts + 1 and clients.fake_producer.renewals == 0
+    assert ("in", 1, 201) in clients.fake_consumer.seeks  # ours rewinds to its commit
+    for _ in range(20):
+        w.poll_once()  # and goes on: no KeyError for the lost partition
+    w.checkpoint()
+    assert sorted(k for k, _v in _state(clients)) == [b"reservation/R2", b"reservation/R3"]
+    w.calls.shutdown()
