@@ -294,10 +294,8 @@ def test_handler_raising_base_exceptions_is_a_handler_failure(tmp_path: Path, ra
     w.calls.shutdown()
 
 
-def test_slow_calls_stay_running_across_a_commit(tmp_path: Path) -> None:
-    """#16: a checkpoint does not wait for slow handler calls. It commits each partition up
-    to its first unfinished event, with the finished ones after it in the offset metadata;
-    a replay (after an abort, or by a new owner) skips exactly those."""
+def _slow_app() -> tuple[App, threading.Event, list[str]]:
+    """An app whose handler waits on the gate for key SLOW (the calls' keys, in order)."""
     app = App("slow")
     gate = threading.Event()
     calls: list[str] = []
@@ -310,6 +308,14 @@ def test_slow_calls_stay_running_across_a_commit(tmp_path: Path) -> None:
         assert event.value is not None
         state.put("reservation", event.value)
 
+    return app, gate, calls
+
+
+def test_slow_calls_stay_running_across_a_commit(tmp_path: Path) -> None:
+    """#16: a checkpoint does not wait for slow handler calls. It commits each partition up
+    to its first unfinished event, with the finished ones after it in the offset metadata;
+    a replay (after an abort, or by a new owner) skips exactly those."""
+    app, gate, calls = _slow_app()
     w, clients = _worker(tmp_path, app)
     w.take([_msg(0, 100, "SLOW", "F1", 1), _msg(0, 101, "R2", "F2", 1), _msg(0, 102, "R3", "F3", 1)])
     wait_until(lambda: w.poll_once() or sorted(calls) == ["R2", "R3", "SLOW"] and w.sched.in_flight == 1,
@@ -487,18 +493,7 @@ def test_partitions_lost_while_a_call_outlives_the_commit(tmp_path: Path) -> Non
     that outlived the last commit still runs, and no transaction is open: the call's result
     is dropped and every partition rewinds (the worker crashed with a KeyError on the lost
     partition when the call finished: tests/faults/test_worker_pauses.py in CI)."""
-    app = App("slow")
-    gate = threading.Event()
-    calls: list[str] = []
-
-    @app.handler("reservation")
-    def handle(event: Event, state: GroupState) -> None:
-        calls.append(event.key)
-        if event.key == "SLOW":
-            assert gate.wait(10)
-        assert event.value is not None
-        state.put("reservation", event.value)
-
+    app, gate, calls = _slow_app()
     w, clients = _worker(tmp_path, app)
     w.take([_msg(0, 100, "SLOW", "F1", 1), _msg(0, 101, "R2", "F2", 1), _msg(1, 200, "R3", "F3", 1)])
     wait_until(lambda: w.poll_once() or sorted(calls) == ["R2", "R3", "SLOW"] and w.sched.in_flight == 1,
