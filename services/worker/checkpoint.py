@@ -307,7 +307,7 @@ class Checkpoint:
         # may have moved on without us: look at the committed offsets then too.
         in_doubt = during_commit and self.eos and (
             not isinstance(exc, TransactionAbortedError) or exc.code in _GROUP_FENCING)
-        if self.eos and (self.is_open or during_commit):  # (lost partitions: maybe nothing is open)
+        if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
             if isinstance(exc, ProducerFatalError):
                 self._renew(exc)
             else:
