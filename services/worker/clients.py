@@ -61,6 +61,13 @@ def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     reports (a record that cannot be delivered fails the transaction's commit); the
     at-least-once producer reports failures only (services.worker.kafka.TxnProducer).
     A transactional producer's message time-out cannot exceed its transaction time-out.
+
+    ``retry.backoff.ms`` 10 (exactly-once): a transaction's first request to the coordinator
+    is refused (``CONCURRENT_TRANSACTIONS``) while the previous commit's markers are still
+    written, for a few milliseconds. librdkafka retries ``AddOffsetsToTxn`` after this
+    back-off (100 ms by default, growing to ``retry.backoff.max.ms``): a commit that had only
+    offsets to send (input that produced nothing, e.g. the directory's own claims read back)
+    took ~95 ms instead of ~12 (benchmarks/README.md, "Latency").
     """
     conf: dict[str, Any] = {
         "client.id": f"{opts.worker_id}-producer",
@@ -72,6 +79,7 @@ def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
     if opts.guarantee == "exactly-once":
         conf["transactional.id"] = f"{group_id}-{opts.worker_id}"
         conf["transaction.timeout.ms"] = opts.transaction_timeout_ms
+        conf["retry.backoff.ms"] = 10
     else:
         # Outlast a leader election (Kafka's own default delivery.timeout.ms is 120 s).
         conf["message.timeout.ms"] = 120_000
