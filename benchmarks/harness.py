@@ -145,7 +145,23 @@ class Bench:
                                   TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
                                   TimeElapsedColumn(), console=self.console)
         self._progress.start()
+        self._warm_broker()
         return self
+
+    def _warm_broker(self) -> None:
+        """Warm the broker's JVM before any suite measures (benchmarks/broker_warm.py); off
+        with FIFOLANE_BENCH_WARM_BROKER=0."""
+        if os.environ.get("FIFOLANE_BENCH_WARM_BROKER", "1") == "0":
+            self.machine["broker_warmup"] = "skipped (FIFOLANE_BENCH_WARM_BROKER=0)"
+            return
+        from benchmarks.broker_warm import warm_broker
+
+        pids = [] if self._cluster is None else [b.pid for b in self._cluster.status().brokers if b.pid is not None]
+        limit = 60.0 if self.quick else 120.0
+        self.step("warming the broker's JVM until its compiler threads are quiet (seconds)", limit)
+        self.machine["broker_warmup"] = warm_broker(self.bootstrap, pids, min_s=20.0, max_s=limit,
+                                                    on_progress=self.advance)
+        self.log(f"broker warm-up: {self.machine['broker_warmup']}")
 
     def __exit__(self, *exc: Any) -> None:
         if self._progress is not None:

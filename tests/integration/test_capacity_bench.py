@@ -26,6 +26,7 @@ def test_capacity_and_scaling_quick_run(kafka_bootstrap: str, tmp_path: Path) ->
     results = tmp_path / "results"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FIFOLANE_")}
     env["FIFOLANE_BOOTSTRAP_SERVERS"] = kafka_bootstrap
+    env["FIFOLANE_BENCH_WARM_BROKER"] = "0"  # the warm-up has its own test (test_broker_warm)
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "run", "--quick", "--only", "capacity,scaling",
          "--results-dir", str(results)],
