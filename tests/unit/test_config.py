@@ -80,6 +80,7 @@ def test_unknown_env_var_is_refused_with_valid_names(monkeypatch: pytest.MonkeyP
 def test_non_settings_env_vars_are_tolerated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FIFOLANE_TEST_BOOTSTRAP", "127.0.0.1:1")
     monkeypatch.setenv("FIFOLANE_LOG_LEVEL", "DEBUG")
+    monkeypatch.setenv("FIFOLANE_BENCH_WARM_BROKER", "0")  # read by the benchmarks, and their children
     assert load_settings().bootstrap_servers is None
 
 
