@@ -2,8 +2,7 @@
 
 The :class:`Worker` is the poll loop and the wiring; the parts it wires own their state:
 
-- :class:`services.worker.checkpoint.Checkpoint`: the producer and the open transaction
-  (offsets, commit, abort, rewind);
+- :class:`services.worker.checkpoint.Checkpoint`: the producer, the open transaction, rewinds;
 - :class:`services.worker.assignment.Assignment`: owned partitions, their restores, their
   :class:`services.worker.table.TableApplier` (every entity write goes through one);
 - :class:`services.worker.fastpath.FastPath`: taking consumed batches;
@@ -14,9 +13,8 @@ The :class:`Worker` is the poll loop and the wiring; the parts it wires own thei
 One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an
 asyncio loop (async); their results come back through a queue and are applied on the poll
 thread, so every state change, output and notification is produced from one thread, in group
-order. Every ``commit_interval`` (and as soon as the input is drained) the worker stops
-taking new events, drains what it has and commits. docs/architecture.md follows one event
-from poll to commit.
+order. Every ``commit_interval``, and as soon as the input goes idle, the worker commits each
+partition up to its first unfinished event (window.py); docs/architecture.md follows one event.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from services.worker.kafka import KafkaClients, Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
+from services.worker.pacing import EarlySend
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
@@ -120,6 +119,7 @@ class Worker:
         self._retention_ms: int | None = None
         self.clients = clients or KafkaClients(settings.kafka_config())
         self.query = attach_query(self)  # the query endpoint (services/worker/query/)
+        self._early = EarlySend()  # low rates: records leave before the commit (pacing.py)
 
     # ------------------------------------------------------------------ lifecycle
     def stop(self) -> None:
@@ -138,8 +138,7 @@ class Worker:
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()
         self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
-        if self.eos:
-            # Fences a previous incarnation with the same id and settles its open transaction.
+        if self.eos:  # fences a previous incarnation with the same id, settles its transaction
             producer.init()
         self.parking = self._parking_of(s.parked_topic)
         parts = PartitionParts(settings=s, topics=self.topics, clients=clients, consumer=self.consumer,
@@ -227,7 +226,7 @@ class Worker:
                 if ckpt.is_open and ckpt.eos:
                     # The input went idle (nothing fetched waits): commit now, so what was
                     # taken is visible without waiting for the interval.
-                    self.checkpoint()
+                    self.checkpoint(idle=True)
                     return
                 first = consumer.poll(0.1)
                 if first is None and ckpt.is_open:
@@ -240,7 +239,7 @@ class Worker:
             got = len(msgs)
             if got:
                 aborts = self.stats.aborts
-                self.take(msgs)
+                self.take(msgs, n)
                 if self.stats.aborts != aborts:  # the producer failed mid-batch: replayed
                     return
         try:
@@ -253,15 +252,17 @@ class Worker:
         elif got == 0 and ckpt.is_open and ckpt.eos and sched.idle():
             # Caught up: nothing waits, so committing now costs no throughput and makes
             # the work visible without waiting for the interval.
-            self.checkpoint()
+            self.checkpoint(idle=True)
 
-    def take(self, records: list[Record]) -> None:
+    def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a
-        batch); a Kafka failure aborts and rewinds."""
+        batch of ``asked``); a Kafka failure aborts and rewinds."""
         assert self.ckpt is not None and self._fast is not None
         try:
             self.ckpt.open()
             self._fast.take(records)
+            if self.eos and self._early.after_batch(len(records), asked):
+                self.ckpt.producer.flush(0.001)  # a low rate: send what is held now
         except KafkaClientError as exc:
             self._abort(exc)
 
@@ -302,7 +303,7 @@ class Worker:
         assert self.processing is not None
         self.processing.dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
-    def checkpoint(self, drain: bool = False) -> None:
+    def checkpoint(self, drain: bool = False, idle: bool = False) -> None:
         """Commit outputs, state and input offsets together (see checkpoint.py).
 
         Handler calls still running go on: the commit covers each partition up to its first
@@ -337,13 +338,12 @@ class Worker:
         if self.sink is not None:
             # A safe point: nothing in flight, nothing staged, no open transaction.
             self.sink.after_commit()
-        ms = (t1 - t0) * 1000
         # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
         # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
         self._next_checkpoint = time.monotonic() + min(max(self.opts.commit_interval, 9 * (t1 - t0)), 5.0)
-        self.stats.commits += 1
-        self.stats.last_commit_ms = ms
-        self.stats.commit_ms_total += ms
+        self._early.committed(idle=idle)
+        self.stats.commits, self.stats.last_commit_ms = self.stats.commits + 1, (t1 - t0) * 1000
+        self.stats.commit_ms_total += self.stats.last_commit_ms
         self._write_stats()
 
     def _abort(self, exc: KafkaClientError) -> None:
