@@ -35,7 +35,9 @@ def test_quick_run_writes_results(kafka_bootstrap: str, tmp_path: Path) -> None:
          "--results-dir", str(results)],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=1480, check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    at = proc.stdout.find(" failed:")  # a failed suite's traceback, printed before the table
+    failed = proc.stdout[max(0, at - 40):at + 6000] if at >= 0 else ""
+    assert proc.returncode == 0, failed + proc.stdout[-4000:] + proc.stderr[-4000:]
     for suite in SUITES:
         data = json.loads((results / f"{suite}.json").read_text())
         assert set(data) >= KEYS, f"{suite}: missing {KEYS - set(data)}"

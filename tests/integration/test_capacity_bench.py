@@ -32,7 +32,9 @@ def test_capacity_and_scaling_quick_run(kafka_bootstrap: str, tmp_path: Path) ->
          "--results-dir", str(results)],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=2350, check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    at = proc.stdout.find(" failed:")  # a failed suite's traceback, printed before the table
+    failed = proc.stdout[max(0, at - 40):at + 6000] if at >= 0 else ""
+    assert proc.returncode == 0, failed + proc.stdout[-4000:] + proc.stderr[-4000:]
 
     data = json.loads((results / "capacity.json").read_text())
     cases = data["raw"]["cases"]
