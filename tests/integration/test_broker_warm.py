@@ -5,10 +5,10 @@ within its bounds, and it leaves no topic behind."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
+from kafka_fixtures import wait_until
 
 from benchmarks.broker_warm import compiler_seconds, warm_broker
 
@@ -45,11 +45,9 @@ def test_warm_up_runs_its_workload_within_bounds_and_cleans_up(kafka_bootstrap: 
         assert result["compiler_cpu_s"] is not None and result["compiler_cpu_s"] >= before > 0
     # Deleted: the broker's metadata may list a deleted topic for a moment.
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    left: list[str] = []
-    for _ in range(50):
-        left = [t for t in admin.list_topics(timeout=10).topics if t.startswith("bench.warm.")]
-        if not left:
-            break
-        time.sleep(0.2)
-    assert not left
+
+    def left() -> list[str]:
+        return [t for t in admin.list_topics(timeout=10).topics if t.startswith("bench.warm.")]
+
+    wait_until(lambda: not left(), timeout=10, message=lambda: f"warm-up topics left: {left()}")
 
