@@ -138,17 +138,17 @@ def _relay(bootstrap: str, src: str, outs: list[str], tag: str, stop: threading.
     relayed = commits = 0
     try:
         while not stop.is_set():
-            msgs = c.consume(2000, timeout=0.05)
-            if not msgs:
+            msgs = [m for m in c.consume(2000, timeout=0.05)
+                    if m.error() is None and m.partition() is not None and m.offset() is not None]
+            if not msgs:  # nothing, or only errors (e.g. a partition's end): nothing to commit
                 continue
             if transactional:
                 p.begin_transaction()
             offsets: dict[int, int] = {}
             for m in msgs:
-                if m.error() is None:
-                    for out in outs:
-                        p.produce(out, m.value(), m.key())
-                    offsets[m.partition()] = m.offset() + 1
+                for out in outs:
+                    p.produce(out, m.value(), m.key())
+                offsets[m.partition()] = m.offset() + 1  # type: ignore[index,operator]
             tps = [TopicPartition(src, q, o) for q, o in offsets.items()]
             if transactional:
                 p.send_offsets_to_transaction(tps, c.consumer_group_metadata(), 30)
@@ -185,7 +185,7 @@ def _observe(bootstrap: str, src: str, tag: str, stop: threading.Event, counts: 
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     groups = [f"bench-warm-{kind}-{tag}" for kind in ("eos", "alo")]
-    ends = {TopicPartition(src, q): OffsetSpec.latest() for q in range(PARTITIONS)}
+    ends = {TopicPartition(src, q): OffsetSpec.latest() for q in range(PARTITIONS)}  # type: ignore[no-untyped-call]
     n = 0
     while not stop.wait(0.05):
         try:
