@@ -48,7 +48,7 @@ class Effects:
 class CallState:
     """The ``GroupState`` a handler sees: the event's group, reads see its own writes."""
 
-    __slots__ = ("event", "store", "codec", "catalog", "decode", "records", "effects")
+    __slots__ = ("event", "store", "codec", "catalog", "decode", "records", "effects", "_writes")
 
     def __init__(self, event: Event, store: PartitionStore, codec: _Codec, catalog: _Catalog,
                  records: RecordCache) -> None:
@@ -59,17 +59,18 @@ class CallState:
         self.records = records
         self.decode = records.read  # bytes -> the handler's own record dict
         self.effects = Effects()
+        self._writes = self.effects.writes
 
     def get(self, type_name: str, key: str) -> dict[str, Any] | None:
         ekey = f"{type_name}/{key}".encode()
-        w = self.effects.writes.get(ekey)
+        w = self._writes.get(ekey)
         if w is not None:
             return w.record
         row = self.store.get(ekey)
         if row is None or row.deleted or row.group != self.event.group:
             return None
         assert row.value is not None
-        record: dict[str, Any] = self.decode(row.value)
+        record: dict[str, Any] = self.decode(row.value, ekey)
         return record
 
     def put(self, type_name: str, value: dict[str, Any]) -> None:
@@ -86,11 +87,13 @@ class CallState:
                 f"for group {self.event.group!r}; a handler may only write its own group"
             )
         data = self.codec.encode(type_name, value)
-        self.records.wrote(type_name, data, value)
-        w = Write(type_name, str(key), str(group), int(version), data, value)
-        ekey = w.entity_key
-        self.effects.writes.pop(ekey, None)  # keep write order = last write
-        self.effects.writes[ekey] = w
+        key = str(key)
+        ekey = f"{type_name}/{key}".encode()  # Write.entity_key, without the call
+        self.records.wrote(type_name, data, value, ekey)
+        writes = self._writes
+        if ekey in writes:
+            del writes[ekey]  # keep write order = last write
+        writes[ekey] = Write(type_name, key, str(group), int(version), data, value)
 
     def delete(self, type_name: str, key: str, version: int) -> None:
         self.catalog.entity(type_name)  # unknown type -> error
@@ -148,7 +151,7 @@ class CallState:
         out: dict[bytes, dict[str, Any]] = {}
         for ekey, row in self.store.scan_group(self.event.group, prefix):
             assert row.value is not None
-            out[ekey] = self.decode(row.value)
+            out[ekey] = self.decode(row.value, ekey)
         for ekey, w in self.effects.writes.items():
             if ekey.startswith(prefix):
                 if w.record is None:
@@ -174,16 +177,18 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal
     applied, so a handler result is applied whole or dead-lettered whole: a version that
     does not fit a signed 64-bit integer, or a record Kafka would refuse (over the
     producer's message.max.bytes or the topic's max.message.bytes)."""
-    for w in effects.writes.values():
+    room = limits.room(state_topic) if effects.writes else 0
+    too_large: Refusal | None = None
+    for ekey, w in effects.writes.items():  # one pass (the hot path): a bad version first
         if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
             return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
                                           "64-bit integer")
-    room = limits.room(state_topic)
-    for ekey, w in effects.writes.items():
-        if len(ekey) + (len(w.value) if w.value is not None else 0) > room:
+        if too_large is None and w.value is not None and len(ekey) + len(w.value) > room:
             error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
             assert error is not None
-            return Refusal("handler-error", error)
+            too_large = Refusal("handler-error", error)
+    if too_large is not None:
+        return too_large
     for out in effects.outputs:
         error = limits.too_large(out.topic, record_size(out.key, out.value, out.headers), "an output record")
         if error is not None:

@@ -6,6 +6,11 @@ pure function of the bytes, so the decoded record of a value can be kept and han
 again: as a copy, since a handler owns what it reads. Only flat records are kept (a shallow
 copy is then a full one).
 
+Entries are kept by entity key when the caller gives one (one entry per entity: a new
+version replaces the old one's, so versions nobody reads again take no room), else by the
+value itself. Either way an entry holds the bytes it was decoded from and is used only for
+exactly those bytes.
+
 A handler's own write is remembered too, without decoding it, when it is certain that
 decoding its bytes gives the same record: its keys are exactly the schema's fields and each
 value has exactly the type a decode gives (:func:`fifolane.serde.scan.round_trip_types`).
@@ -25,50 +30,64 @@ _MISSING = object()  # its type is in no field's types
 
 
 class RecordCache:
-    """Decoded records by encoded value (at most ``size``; the oldest half goes when full).
+    """Decoded records by entity key or encoded value (at most ``size``; the oldest half goes
+    when full).
 
     Safe to share between handler threads: every operation is one dict call under the GIL.
     """
 
-    __slots__ = ("_decode", "_records", "_size", "_types")
+    __slots__ = ("_decode", "_records", "_shapes", "_size", "_types")
 
-    def __init__(self, decode: Callable[[bytes], dict[str, Any]], catalog: Any, size: int = 20_000) -> None:
+    def __init__(self, decode: Callable[[bytes], dict[str, Any]], catalog: Any, size: int = 50_000) -> None:
         self._decode = decode
         self._size = size
-        self._records: dict[bytes, dict[str, Any]] = {}
+        self._records: dict[bytes, tuple[bytes, dict[str, Any]]] = {}  # key -> (value, record)
         #: type name -> ((field, exact types), ...) of flat types
         self._types: dict[str, tuple[tuple[str, frozenset[type]], ...]] = {}
+        #: (type name, keys, their values' types) -> whether such a record decodes to itself:
+        #: the answer of the field-by-field check, kept (a handler writes few shapes)
+        self._shapes: dict[tuple[str, tuple[str, ...], tuple[type, ...]], bool] = {}
         for entity in catalog:
             types = round_trip_types(entity.schema)
             if types is not None:
                 self._types[entity.name] = tuple(types.items())
 
-    def read(self, data: bytes) -> dict[str, Any]:
-        """The record of an encoded value: a copy of the remembered one, or decoded now."""
-        record = self._records.get(data)
-        if record is not None:
-            return dict(record)
+    def read(self, data: bytes, ekey: bytes | None = None) -> dict[str, Any]:
+        """The record of an encoded value (of the entity ``ekey``, if given): a copy of the
+        remembered one, or decoded now."""
+        k = data if ekey is None else ekey
+        entry = self._records.get(k)
+        if entry is not None and entry[0] == data:
+            return dict(entry[1])
         record = self._decode(data)
         for v in record.values():
             if isinstance(v, _NESTED):
                 return record  # not flat: a shallow copy would share its parts
-        self._keep(data, dict(record))
+        self._keep(k, data, dict(record))
         return record
 
-    def wrote(self, type_name: str, data: bytes, record: dict[str, Any]) -> None:
-        """A handler wrote ``record`` as ``data``: remember it if decoding gives it back."""
+    def wrote(self, type_name: str, data: bytes, record: dict[str, Any], ekey: bytes | None = None) -> None:
+        """A handler wrote ``record`` as ``data`` (the entity ``ekey``, if given): remember
+        it if decoding gives it back."""
+        shape = (type_name, tuple(record), tuple(map(type, record.values())))
+        exact = self._shapes.get(shape)
+        if exact is None:
+            exact = self._decodes_to_itself(type_name, record)
+            if len(self._shapes) < 1000:  # a bound against a handler of ever new shapes
+                self._shapes[shape] = exact
+        if exact:
+            self._keep(data if ekey is None else ekey, data, dict(record))
+
+    def _decodes_to_itself(self, type_name: str, record: dict[str, Any]) -> bool:
         fields = self._types.get(type_name)
         if fields is None or len(record) != len(fields):
-            return
-        missing = _MISSING
-        for name, types in fields:  # same count and every field present: the same keys
-            if type(record.get(name, missing)) not in types:
-                return
-        self._keep(data, dict(record))
+            return False
+        missing = _MISSING  # same count and every field present: the same keys
+        return all(type(record.get(name, missing)) in types for name, types in fields)
 
-    def _keep(self, data: bytes, record: dict[str, Any]) -> None:
+    def _keep(self, k: bytes, data: bytes, record: dict[str, Any]) -> None:
         records = self._records
-        if len(records) >= self._size:
+        if records.pop(k, None) is None and len(records) >= self._size:
             for old in list(records)[: self._size // 2]:  # insertion order: the oldest first
                 records.pop(old, None)
-        records[data] = record
+        records[k] = (data, record)  # (re)inserted last: an entity written often stays

@@ -100,3 +100,38 @@ def test_recent_rows_follow_commits_and_restores(tmp_path: Path) -> None:
     st.restore_batch([(b"reservation/R1", 5, False, "F2", b"v5")], 7)
     assert st.recent == {} and st.get(b"reservation/R1") == Row(5, False, "F2", b"v5")
     mgr.close_all()
+
+
+def test_a_key_looked_up_in_vain_is_found_once_written(tmp_path: Path) -> None:
+    """The keys RocksDB has no row of (PartitionStore.absent) never hide a row written later:
+    staged, committed (also once the recent rows are gone) or restored."""
+    mgr = StoreManager(tmp_path / "s", "g", group_index=True)
+    st = mgr.open(0)
+    r1, r2 = b"reservation/R1", b"reservation/R2"
+    assert st.get(r1) is None and st.get(r2) is None
+    assert st.absent == {r1, r2}
+    st.put(r1, Row(1, False, "F1", b"v1"), None)
+    assert st.get(r1) == Row(1, False, "F1", b"v1")  # staged
+    st.commit(1)
+    st.recent.clear()  # as when the recent rows overflow: RocksDB answers
+    assert st.get(r1) == Row(1, False, "F1", b"v1") and r1 not in st.absent
+    assert st.get(r2) is None and r2 in st.absent
+    st.put(r2, Row(1, False, "F1", b"w1"), None)
+    st.rollback()  # aborted: still nothing there
+    assert st.get(r2) is None
+    st.restore_batch([(r2, 5, False, "F2", b"w5")], 7)
+    assert st.absent == set() and st.get(r2) == Row(5, False, "F2", b"w5")
+    mgr.close_all()
+
+
+def test_reads_by_entity_key_keep_one_entry_per_entity() -> None:
+    """Kept by entity key, a new version's record replaces the old one's; an entry is used
+    only for the very bytes it was decoded from."""
+    cache, decoded = _cache()
+    ekey = b"reservation/R1"
+    v1, v2 = CODEC.encode("reservation", _res(version=1)), CODEC.encode("reservation", _res(version=2))
+    assert cache.read(v1, ekey)["version"] == 1
+    cache.wrote("reservation", v2, _res(version=2), ekey)
+    assert len(cache._records) == 1  # noqa: SLF001 - one entry per entity is the point
+    assert cache.read(v2, ekey)["version"] == 2 and decoded == [v1]
+    assert cache.read(v1, ekey)["version"] == 1 and decoded == [v1, v1]  # not the entry's bytes
