@@ -303,21 +303,27 @@ class Processing:
     def _apply(self, event: Event, effects: Effects) -> None:
         # A call may finish after the commit that left it running: its writes (the applier
         # produces directly) go into a new transaction.
-        self.ckpt.open()
-        table = self.tables[event.partition]
+        ckpt = self.ckpt
+        if not ckpt.is_open:
+            ckpt.open()
+        write = self.tables[event.partition].write
         own = event.entity_key if event.stage is not None else None
-        for ekey, w in effects.writes.items():
-            # a stage handler moves its entity on at the version it has
-            outcome = table.write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
-                                  event.offset, event.timestamp, same_version=ekey == own)
-            if outcome == APPLIED:
-                self.stats.state_writes += 1
-            else:
-                self.stats.writes_superseded += 1
-        produce = self.ckpt.produce
-        for out in effects.outputs:
-            produce(out.topic, out.value, out.key, -1, list(out.headers) or None)
-            self.stats.outputs += 1
+        offset, ts = event.offset, event.timestamp
+        writes = effects.writes
+        applied = 0
+        for ekey, w in writes.items():
+            # a stage handler moves its entity on at the version it has (check_effects
+            # refused what is too large: each write is applied or stale)
+            applied += write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
+                             offset, ts, same_version=ekey == own) == APPLIED
+        stats = self.stats
+        stats.state_writes += applied
+        stats.writes_superseded += len(writes) - applied
+        if effects.outputs:
+            produce = ckpt.produce
+            for out in effects.outputs:
+                produce(out.topic, out.value, out.key, -1, list(out.headers) or None)
+            stats.outputs += len(effects.outputs)
 
     # ------------------------------------------------------------------ dead letters
     def refuse(self, msg: Record, reason: str, error: str) -> None:

@@ -77,17 +77,20 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
     mkey = msg.key()
     if mkey is None:
         return Rejected("missing-group", "record has no key: input records must be keyed by their FIFO-group value")
-    bad = check_group(group)
-    if bad is not None:
-        return bad
-    if mkey != group.encode():
+    gbytes = group.encode()
+    if len(gbytes) > MAX_GROUP_BYTES:
+        too_long = check_group(group)
+        assert too_long is not None
+        return too_long
+    if mkey != gbytes:
         return Rejected("missing-group", f"record key {mkey[:200]!r} differs from the event's FIFO group {group[:200]!r}")
     if key is None or key == "":
         return Rejected("missing-key", "the event has no entity key")
     if version is None:
         return Rejected("missing-version", "the event has no version")
-    bad = check_version(version)
-    if bad is not None:
+    if type(version) is not int or not MIN_VERSION <= version <= MAX_VERSION:
+        bad = check_version(version)
+        assert bad is not None
         return bad
     return Event(et.name, str(key), group, version, op, value_rec,  # type: ignore[arg-type]
                  msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [], group)

@@ -86,6 +86,9 @@ class PartitionStore:
         #: dict read costs far less than a RocksDB one. At most RECENT_ROWS; cleared whenever
         #: RocksDB is written another way (a restore).
         self.recent: dict[bytes, Row] = {}
+        #: entity keys RocksDB has no row of (looked up since it was last written): a new
+        #: entity is looked up by its stale check, by the handler and by the write
+        self.absent: set[bytes] = set()
         # previous committed group of overlay keys whose group changed (index clean-up)
         self._moved: dict[bytes, str] = {}
         # overlay keys that need a group-index entry (new entities, or moved to another group)
@@ -97,8 +100,20 @@ class PartitionStore:
         row = self.overlay.get(ekey) or self.recent.get(ekey)
         if row is not None:
             return row
+        if ekey in self.absent:
+            return None
         data = self.db.get(b"e:" + ekey)
-        return None if data is None else self.unpack(data)
+        if data is None:
+            self.note_absent(ekey)
+            return None
+        return self.unpack(data)
+
+    def note_absent(self, ekey: bytes) -> None:
+        """RocksDB has no row of ``ekey`` (just looked up)."""
+        absent = self.absent
+        if len(absent) >= RECENT_ROWS:
+            absent.clear()
+        absent.add(ekey)
 
     def unpack(self, data: bytes) -> Row | None:
         """A stored row; a raw one is read from its value now (None if that fails: the
@@ -215,6 +230,8 @@ class PartitionStore:
         if len(recent) + len(self.overlay) > RECENT_ROWS:
             recent.clear()
         recent.update(self.overlay)
+        if self.absent:
+            self.absent.difference_update(self.overlay)  # in RocksDB now
         self.overlay.clear()
         self._moved.clear()
         self._indexed.clear()
@@ -245,6 +262,7 @@ class PartitionStore:
         ``fresh``: the store started empty, so there is no earlier group index to clean up.
         """
         self.recent.clear()
+        self.absent.clear()
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         pack = ROW.pack

@@ -44,7 +44,7 @@ _DELETED = 1
 class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
-    __slots__ = ("_claim", "_db_get", "_group_index", "_headers", "_need_old", "_overlay", "_recent", "_out", "_sink",
+    __slots__ = ("_absent", "_claim", "_db_get", "_group_index", "_headers", "_need_old", "_overlay", "_recent", "_out", "_sink",
                  "_topic", "_unpack", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, out: TxnProducer, *, state_topic: str, room: int,
@@ -64,6 +64,7 @@ class TableApplier:
         self._group_index = store.group_index
         self._recent = store.recent
         self._db_get = store.db.get
+        self._absent = store.absent
         self._unpack = store.unpack
         # The previous row itself (not only its version) is needed by a change sink and to
         # keep the group index.
@@ -77,8 +78,12 @@ class TableApplier:
         old = self._overlay.get(ekey) or self._recent.get(ekey)
         if old is not None:
             return STALE if version <= old.version else old
+        if ekey in self._absent:
+            return None
         data = self._db_get(b"e:" + ekey)
         if data is None:
+            if self._group_index:  # app handlers: the handler and the write look it up again
+                self.store.note_absent(ekey)
             return None
         stored = ROW_VERSION.unpack_from(data)[0]
         if stored == RAW_VERSION or self._need_old:  # a raw row is read on first use
@@ -141,10 +146,15 @@ class TableApplier:
         if (self._claim is not None and not new.deleted
                 and (old_row is None or old_row.deleted or old_row.group != new.group)):
             self._claim(self.partition, ekey, new.group, new.version, False)
-        type_name = ekey[: ekey.find(b"/")]
-        headers = (state_headers(type_name, new.group.encode(), new.version)
-                   if new.deleted or self._headers else None)
-        self._out.produce(self._topic, new.value, ekey, self.partition, headers)
+        if new.deleted or self._headers:
+            headers = state_headers(ekey[: ekey.find(b"/")], new.group.encode(), new.version)
+            self._out.produce(self._topic, new.value, ekey, self.partition, headers)
+        else:
+            try:  # as in upsert: the client's own produce first
+                self._out.send(self._topic, new.value, ekey, self.partition)
+            except SEND_FAILED as exc:
+                self._out.produce(self._topic, new.value, ekey, self.partition, None,
+                                  full=type(exc) is BufferError)
         if self._sink is not None:
             self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record, moved_to)
         return APPLIED
