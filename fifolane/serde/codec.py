@@ -19,6 +19,7 @@ from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint_bytes
+from fifolane.serde.flatwrite import FlatWriter, compile_writer, explain_refusal
 from fifolane.serde.scan import Scanner, compile_scanner, reads_unchanged
 
 __all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC", "Scan"]
@@ -94,22 +95,35 @@ class AvroCodec:
 
     def __init__(self, catalog: SchemaCatalog) -> None:
         self.catalog = catalog
+        #: type name (or _DELETE) -> fast writer of header + body, for flat schemas
+        #: (:mod:`fifolane.serde.flatwrite`); filled by subclasses with their headers.
+        self._fast: dict[str, FlatWriter] = {}
 
     # -- encoding ----------------------------------------------------------------------
     def _prefix(self, type_name: str) -> tuple[bytes, dict[str, Any]]:  # pragma: no cover
         raise NotImplementedError
 
+    def _add_fast(self, type_name: str, prefix: bytes, schema: dict[str, Any]) -> None:
+        fast = compile_writer(schema, prefix)
+        if fast is not None:
+            self._fast[type_name] = fast
+
     def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
         """Encode an entity record of ``type_name`` with its current schema."""
-        prefix, schema = self._prefix(type_name)
+        fast = self._fast.get(type_name)
+        if fast is not None:
+            try:
+                return fast(record)
+            except Exception:  # anything unusual: fastavro writes it (same bytes) or refuses it
+                pass
+        prefix, schema = self._prefix(type_name)  # UnknownSchemaError for unknown types
         return _write(prefix, schema, record, type_name)
 
     def encode_delete(self, type_name: str, key: Any, group: Any, version: int) -> bytes:
         """Encode a ``fifolane.Delete`` of one entity of ``type_name``."""
         self.catalog.entity(type_name)  # refuse deletes of unknown types at the source
-        prefix, schema = self._prefix(_DELETE)
         record = {"entity_type": type_name, "key": str(key), "group": str(group), "version": version}
-        return _write(prefix, schema, record, _DELETE)
+        return self.encode(_DELETE, record)
 
     # -- decoding ----------------------------------------------------------------------
     def _read(self, writer: WriterSchema, data: bytes, offset: int) -> Decoded:
@@ -164,8 +178,17 @@ def _write(prefix: bytes, schema: dict[str, Any], record: Mapping[str, Any], wha
     try:
         schemaless_writer(fo, schema, record)
     except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
-        raise SerializationError(f"cannot encode {what}: {exc}") from exc
+        raise SerializationError(f"cannot encode {what}: {_explain(schema, record, exc)}") from exc
     return fo.getvalue()
+
+
+def _explain(schema: dict[str, Any], record: Any, exc: Exception) -> str:
+    """The field fastavro refused and why, else fastavro's own message."""
+    try:
+        detail = explain_refusal(schema, record)
+    except Exception:  # a record odd enough to break the explanation: fastavro's words
+        detail = None
+    return detail or str(exc)
 
 
 class SingleObjectCodec(AvroCodec):
@@ -185,6 +208,8 @@ class SingleObjectCodec(AvroCodec):
         delete = catalog.delete
         self._encoders[_DELETE] = (SINGLE_OBJECT_MAGIC + fingerprint_bytes(delete.fingerprint),
                                    delete.schema)
+        for name, (prefix, schema) in self._encoders.items():
+            self._add_fast(name, prefix, schema)
         self._writers: dict[bytes, WriterSchema] = {
             fingerprint_bytes(fp): w for fp, w in catalog.writers.items()
         }
@@ -200,15 +225,6 @@ class SingleObjectCodec(AvroCodec):
                 f"unknown entity type '{type_name}'; known types: "
                 f"{', '.join(sorted(self.catalog.types))}"
             ) from None
-
-    def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
-        """Encode an entity record of ``type_name`` with its current schema."""
-        # Inlined (no _prefix call): this runs for every record a worker writes.
-        enc = self._encoders.get(type_name)
-        if enc is None:
-            self._prefix(type_name)  # raises with the list of known types
-        assert enc is not None
-        return _write(enc[0], enc[1], record, type_name)
 
     def decode(self, data: bytes) -> Decoded:
         """Decode a single-object-encoded value (entity or delete)."""

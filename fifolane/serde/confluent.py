@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 import httpx
 
 from fifolane.errors import SchemaRegistryError, SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import DELETE_SCHEMA_NAME, SchemaCatalog, WriterSchema
-from fifolane.serde.codec import _DELETE, AvroCodec, Decoded, Scan, _write
+from fifolane.serde.codec import _DELETE, AvroCodec, Decoded, Scan
 from fifolane.serde.entity import EntityType
 from fifolane.serde.scan import Scanner
 
@@ -117,13 +117,9 @@ class ConfluentCodec(AvroCodec):
                 schema_id = self.registry.register(subject, text)
                 self._by_id.setdefault(schema_id, writer)
                 enc = (bytes([CONFLUENT_MAGIC]) + schema_id.to_bytes(4, "big"), writer.schema)
+                self._add_fast(type_name, *enc)
                 self._encoders[type_name] = enc
         return enc
-
-    def encode(self, type_name: str, record: Mapping[str, Any]) -> bytes:
-        """Encode an entity record of ``type_name`` with its current schema."""
-        enc = self._encoders.get(type_name) or self._prefix(type_name)
-        return _write(enc[0], enc[1], record, type_name)
 
     def decode(self, data: bytes) -> Decoded:
         """Decode a Confluent-framed value (entity or delete)."""
