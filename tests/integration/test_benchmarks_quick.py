@@ -62,6 +62,8 @@ def test_quick_run_writes_results(kafka_bootstrap: str, tmp_path: Path) -> None:
             for out in outs.values():
                 assert out["seen"] == out["sent"] > 0, (key, load, out)
                 assert out["p50"] <= out["p99"]
+                # The lead-in's events (the onset of the load) are timed on their own.
+                assert out["onset"]["seen"] == out["onset"]["sent"] > 0, (key, load, out["onset"])
     assert (results / "latency.png").stat().st_size > 0
     app = json.loads((results / "app.json").read_text())["raw"]
     # Both flights apps computed the reference's flight loads: the same job.
