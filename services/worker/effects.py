@@ -183,7 +183,7 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal
         if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
             return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
                                           "64-bit integer")
-        if too_large is None and w.value is not None and len(ekey) + len(w.value) > room:
+        if too_large is None and len(ekey) + (len(w.value) if w.value is not None else 0) > room:
             error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
             assert error is not None
             too_large = Refusal("handler-error", error)

@@ -86,9 +86,10 @@ class PartitionStore:
         #: dict read costs far less than a RocksDB one. At most RECENT_ROWS; cleared whenever
         #: RocksDB is written another way (a restore).
         self.recent: dict[bytes, Row] = {}
-        #: entity keys RocksDB has no row of (looked up since it was last written): a new
-        #: entity is looked up by its stale check, by the handler and by the write
+        #: keys RocksDB has no row of (a new entity is looked up by its stale check, the handler
+        #: and the write); ``generation`` counts RocksDB's writes (see note_absent)
         self.absent: set[bytes] = set()
+        self.generation = 0
         # previous committed group of overlay keys whose group changed (index clean-up)
         self._moved: dict[bytes, str] = {}
         # overlay keys that need a group-index entry (new entities, or moved to another group)
@@ -102,18 +103,23 @@ class PartitionStore:
             return row
         if ekey in self.absent:
             return None
+        generation = self.generation
         data = self.db.get(b"e:" + ekey)
         if data is None:
-            self.note_absent(ekey)
+            self.note_absent(ekey, generation)
             return None
         return self.unpack(data)
 
-    def note_absent(self, ekey: bytes) -> None:
-        """RocksDB has no row of ``ekey`` (just looked up)."""
+    def note_absent(self, ekey: bytes, generation: int) -> None:
+        """RocksDB had no row of ``ekey`` at ``generation`` (read before the lookup): noted
+        unless RocksDB was written since (checked again after: a writer bumps it first)."""
         absent = self.absent
         if len(absent) >= RECENT_ROWS:
             absent.clear()
-        absent.add(ekey)
+        if generation == self.generation:
+            absent.add(ekey)
+            if generation != self.generation:
+                absent.discard(ekey)
 
     def unpack(self, data: bytes) -> Row | None:
         """A stored row; a raw one is read from its value now (None if that fails: the
@@ -183,13 +189,10 @@ class PartitionStore:
         """
         if not self.group_index:
             pass
-        elif ekey not in self.overlay:
-            if prev is None:
+        elif prev is None:
+            if ekey not in self.overlay:
                 self._indexed.add(ekey)
-            elif prev.group != row.group:
-                self._indexed.add(ekey)
-                self._moved.setdefault(ekey, prev.group)
-        elif prev is not None and prev.group != row.group:
+        elif prev.group != row.group:
             self._indexed.add(ekey)
             self._moved.setdefault(ekey, prev.group)
         self.overlay[ekey] = row
@@ -226,21 +229,18 @@ class PartitionStore:
         if wb is not None:
             wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
             self.db.write(wb)
+            self.generation += 1  # before the notes of its keys go (note_absent)
         recent = self.recent
         if len(recent) + len(self.overlay) > RECENT_ROWS:
             recent.clear()
         recent.update(self.overlay)
-        if self.absent:
-            self.absent.difference_update(self.overlay)  # in RocksDB now
-        self.overlay.clear()
-        self._moved.clear()
-        self._indexed.clear()
+        self.absent.difference_update(self.overlay)  # in RocksDB now
+        self.rollback()  # staged writes are committed now: clear them
 
     def rollback(self) -> None:
         """Forget the staged writes (their transaction aborted)."""
-        self.overlay.clear()
-        self._moved.clear()
-        self._indexed.clear()
+        for staged in (self.overlay, self._moved, self._indexed):
+            staged.clear()
 
     # -- changelog restore ------------------------------------------------------------
     @property
@@ -262,7 +262,6 @@ class PartitionStore:
         ``fresh``: the store started empty, so there is no earlier group index to clean up.
         """
         self.recent.clear()
-        self.absent.clear()
         wb = WriteBatch(raw_mode=True)
         put = wb.put
         pack = ROW.pack
@@ -288,6 +287,8 @@ class PartitionStore:
         wb.put(_META_CHANGELOG, _OFFSET.pack(next_offset))
         wb.put(_META_WRITTEN_AT, _OFFSET.pack(int(time.time() * 1000)))
         self.db.write(wb)
+        self.generation += 1  # before the notes go: a miss read before the write is not noted
+        self.absent.clear()
 
 
 class StoreManager:

@@ -80,10 +80,11 @@ class TableApplier:
             return STALE if version <= old.version else old
         if ekey in self._absent:
             return None
+        generation = self.store.generation
         data = self._db_get(b"e:" + ekey)
         if data is None:
             if self._group_index:  # app handlers: the handler and the write look it up again
-                self.store.note_absent(ekey)
+                self.store.note_absent(ekey, generation)
             return None
         stored = ROW_VERSION.unpack_from(data)[0]
         if stored == RAW_VERSION or self._need_old:  # a raw row is read on first use
