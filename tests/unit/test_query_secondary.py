@@ -122,6 +122,7 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
         assert sec.reopened == 1
         # The other instance of the pair missed the flushes too, and is opened again when it
         # catches up; later catch-ups without a flush between open nothing again.
+        files = {f["name"] for f in store.db.live_files()}
         for version, position in ((4, 9), (5, 11), (6, 13)):
             _commit(store, {b"reservation/A": Row(version, False, "F1", b"a%d" % version)})
             v = view_of(store, position)
@@ -129,7 +130,11 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
             view = sec.view()
             assert view is not None and view.position == position
             assert row_at(view, b"reservation/A") == Row(version, False, "F1", b"a%d" % version)
-        assert sec.reopened == 2
+        if {f["name"] for f in store.db.live_files()} == files:
+            assert sec.reopened == 2
+        else:  # RocksDB wrote new files meanwhile, by its own background flush or compaction
+            # (CI saw a third open once): new files are a reason to open again
+            assert sec.reopened >= 2
     finally:
         sec.close()
         stores.close_all()
