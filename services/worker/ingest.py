@@ -26,9 +26,9 @@ class Rejected(NamedTuple):
     error: str
 
 
-def check_group(group: str) -> Rejected | None:
-    """A FIFO-group value fifolane can keep (its UTF-8 length is packed in 16 bits)."""
-    size = len(group.encode())
+def check_group(gbytes: bytes) -> Rejected | None:
+    """A FIFO-group value fifolane can keep, given as UTF-8 (its length is packed in 16 bits)."""
+    size = len(gbytes)
     if size > MAX_GROUP_BYTES:
         return Rejected("group-too-long", f"the FIFO-group value is {size} bytes of UTF-8, over the "
                                           f"{MAX_GROUP_BYTES} a group may have")
@@ -78,19 +78,17 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
     if mkey is None:
         return Rejected("missing-group", "record has no key: input records must be keyed by their FIFO-group value")
     gbytes = group.encode()
-    if len(gbytes) > MAX_GROUP_BYTES:
-        too_long = check_group(group)
-        assert too_long is not None
-        return too_long
+    bad = check_group(gbytes)
+    if bad is not None:
+        return bad
     if mkey != gbytes:
         return Rejected("missing-group", f"record key {mkey[:200]!r} differs from the event's FIFO group {group[:200]!r}")
     if key is None or key == "":
         return Rejected("missing-key", "the event has no entity key")
     if version is None:
         return Rejected("missing-version", "the event has no version")
-    if type(version) is not int or not MIN_VERSION <= version <= MAX_VERSION:
-        bad = check_version(version)
-        assert bad is not None
+    bad = check_version(version)
+    if bad is not None:
         return bad
     return Event(et.name, str(key), group, version, op, value_rec,  # type: ignore[arg-type]
                  msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [], group)
