@@ -75,15 +75,22 @@ class KafkaAccess:
         self.conf = dict(conf)
         self.timeout = timeout
         self.principal = principal_of(conf)
-        self._login_error: KafkaError | None = None
+        self._errors: list[KafkaError] = []  # login errors, from the client's error callback
         self._logged_in = False
         admin_conf = {k: v for k, v in self.conf.items() if not callable(v)}
-        admin_conf["error_cb"] = self._on_error
+        # Not a bound method: the client would then keep this object alive in a cycle, and
+        # could outlive its last use (see fifolane.cli.release_clients).
+        errors = self._errors
+        admin_conf["error_cb"] = lambda err: errors.append(err) if err.code() in _LOGIN_ERRORS else None
         self.admin = AdminClient(admin_conf)
 
-    def _on_error(self, err: KafkaError) -> None:
-        if err.code() in _LOGIN_ERRORS and self._login_error is None:
-            self._login_error = err
+    def close(self) -> None:
+        """Destroy the admin client now (its threads end here, not at the interpreter's exit)."""
+        self.admin = None  # type: ignore[assignment]
+
+    @property
+    def _login_error(self) -> KafkaError | None:
+        return self._errors[0] if self._errors else None
 
     def _who(self) -> str:
         mech = self.conf.get("sasl.mechanism")

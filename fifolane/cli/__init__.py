@@ -3,6 +3,7 @@ so ``fifolane kafka status`` does not import Spark or the worker runtime."""
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import logging
@@ -60,16 +61,37 @@ def cli(verbose: int) -> None:
 
 def main() -> None:
     """Console-script entry point: fifolane errors become one clear line and exit code 2."""
+    code = _run()  # outside the handlers: no traceback keeps a command's clients alive
+    release_clients()
+    sys.exit(code)
+
+
+def _run() -> int | str | None:
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except FifolaneError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        return 2
+    except SystemExit as exc:  # a command's own exit code
+        return exc.code
+    return 0
+
+
+def release_clients() -> None:
+    """Destroy the Kafka clients no longer referenced, while the process is still whole.
+
+    A client left to the interpreter's exit can crash it: OpenSSL's exit handler (in
+    librdkafka) frees its tables while the client's broker thread still uses them (a
+    SIGSEGV after the last line was printed, seen with SASL_SSL). Clients that are
+    garbage, also in reference cycles or frozen by the worker's ``gc.freeze()``, go here;
+    long-lived owners (the worker) close theirs themselves."""
+    gc.unfreeze()
+    gc.collect()

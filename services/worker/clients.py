@@ -1,16 +1,28 @@
-"""The worker's Kafka client settings (on top of Settings.kafka_config)."""
+"""The worker's Kafka clients: their settings (on top of Settings.kafka_config) and
+:class:`KafkaClients`, which makes them and checks access at start-up."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import ConfigResource, ResourceType
+
+from fifolane.access import KafkaAccess
 from fifolane.config import Settings
+from fifolane.errors import ConfigError, WorkerError
+from services.worker.kafka import TxnProducer, WorkerConsumer, map_error
 from services.worker.options import WorkerOptions
+from services.worker.tuning import merged_config
 
 if TYPE_CHECKING:
     from services.worker.assignment import Topics
 
-__all__ = ["PRODUCER_BATCHING", "consumer_config", "needed_access", "producer_config"]
+__all__ = ["PRODUCER_BATCHING", "KafkaClients", "consumer_config", "needed_access", "producer_config"]
+
+log = logging.getLogger(__name__)
 
 #: Producer batching of the worker (also used by the benchmarks' plain loops): 20 ms of
 #: lingering makes larger produce requests; at 75k records/s that saved the broker (on the
@@ -100,3 +112,68 @@ def needed_access(settings: Settings, topics: Topics, *, registry: bool,
     if parked:
         need[settings.parked_topic] = rw
     return names, need
+
+
+class KafkaClients:
+    """How a worker makes its Kafka clients and asks about topics (unit tests pass fakes)."""
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self._base = base  # connection settings (Settings.kafka_config())
+
+    def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
+        return WorkerConsumer(merged_config(self._base, conf))
+
+    def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
+        return TxnProducer(merged_config(self._base, conf), transactional=transactional)
+
+    def restore_consumer(self, conf: dict[str, Any]) -> Any:
+        """A plain consumer for reading a changelog (confluent-kafka's own)."""
+        return Consumer({**self._base, **conf})
+
+    def topic_configs(self, names: list[str], timeout: float = 30.0, *,
+                      need: Mapping[str, Collection[str]] | None = None,
+                      group: str | None = None) -> dict[str, dict[str, str]]:
+        """The configs of these topics; :class:`WorkerError` if Kafka refuses the login, a
+        topic is missing, or the principal lacks an operation of ``need`` (topic -> ACL
+        operations, e.g. ``READ``) or READ on consumer group ``group``: the message names
+        each missing permission, and the worker stops instead of failing later in a loop."""
+        access = KafkaAccess(self._base, timeout)
+        try:
+            return self._topic_configs(access, names, timeout, need or {}, group)
+        finally:
+            access.close()  # also when refused: a client left to the exit can crash it
+
+    @staticmethod
+    def _topic_configs(access: KafkaAccess, names: list[str], timeout: float,
+                       need: Mapping[str, Collection[str]], group: str | None) -> dict[str, dict[str, str]]:
+        checked = list(dict.fromkeys([*names, *need]))
+        try:
+            found = access.topics(checked)
+            group_ok = group is None or access.group_allows(group, "READ")
+        except ConfigError as exc:  # wrong password, bad CA, no broker: say so, once
+            raise WorkerError(f"the worker cannot start: {exc}") from exc
+        missing = sorted(n for n in checked if not found[n].exists)
+        if missing:
+            raise WorkerError(f"the worker cannot start: topics missing: {', '.join(missing)}; run "
+                              "`fifolane topics create`")
+        lacking = [f"{op} on topic {n!r}" for n in checked
+                   for op in need.get(n, ()) or ("DESCRIBE",) if not found[n].allows(op)]
+        if not group_ok:
+            lacking.append(f"READ on consumer group {group!r}")
+        if lacking:
+            who = access.principal or "this worker's principal"
+            grant = (f"fifolane acls apply --role worker --principal {access.principal or 'User:<name>'}"
+                     + (f" --group-id {group}" if group else ""))
+            raise WorkerError(f"the worker cannot start: {who} lacks {', '.join(lacking)}; grant them "
+                              f"(`{grant}`, docs/security.md)")
+        found_configs: dict[str, dict[str, str]] = {}
+        try:
+            futures = access.admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
+                                             request_timeout=timeout)
+            for res, fut in futures.items():
+                entries = fut.result(timeout=timeout)
+                found_configs[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+        except (KafkaException, TimeoutError) as exc:  # optional: a frozen broker is no reason to stop
+            log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
+                        map_error(exc, "describe configs") if isinstance(exc, KafkaException) else "timed out")
+        return {n: found_configs.get(n, {}) for n in names}

@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import ConfigResource, ResourceType
 
-from fifolane.access import KafkaAccess, principal_of
+from fifolane.access import principal_of
 from fifolane.errors import (
-    ConfigError,
     KafkaClientError,
     KafkaRetriableError,
     ProducerFatalError,
@@ -38,7 +36,6 @@ from fifolane.errors import (
     TransactionAbortedError,
     WorkerError,
 )
-from services.worker.tuning import merged_config
 from services.worker.txn import guarded
 
 #: What :attr:`TxnProducer.send` may raise: then :meth:`TxnProducer.produce` the record.
@@ -48,7 +45,6 @@ __all__ = [
     "RECORD_ERRORS",
     "SEND_FAILED",
     "DeliveryReport",
-    "KafkaClients",
     "Record",
     "TxnProducer",
     "WorkerConsumer",
@@ -197,6 +193,17 @@ class TxnProducer:
     def poll(self, timeout: float = 0.0) -> None:
         self._producer.poll(timeout)
 
+    def close(self, flush: float = 0.0) -> None:
+        """Wait up to ``flush`` seconds for deliveries, drop what is left, and destroy the
+        client (its threads end now, not at the interpreter's exit). Idempotent."""
+        try:
+            if flush:
+                self.flush(flush)
+            self._producer.purge(True, True, False)
+            self._producer.close()
+        except (KafkaClientError, KafkaException, RuntimeError) as exc:  # RuntimeError: closed
+            log.debug("producer close: %s", exc)
+
     def flush(self, timeout: float) -> int:
         """Wait for deliveries; the number of records still undelivered."""
         try:
@@ -340,61 +347,3 @@ class WorkerConsumer:
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
-
-
-class KafkaClients:
-    """How a worker makes its Kafka clients and asks about topics (unit tests pass fakes)."""
-
-    def __init__(self, base: dict[str, Any]) -> None:
-        self._base = base  # connection settings (Settings.kafka_config())
-
-    def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
-        return WorkerConsumer(merged_config(self._base, conf))
-
-    def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
-        return TxnProducer(merged_config(self._base, conf), transactional=transactional)
-
-    def restore_consumer(self, conf: dict[str, Any]) -> Any:
-        """A plain consumer for reading a changelog (confluent-kafka's own)."""
-        return Consumer({**self._base, **conf})
-
-    def topic_configs(self, names: list[str], timeout: float = 30.0, *,
-                      need: Mapping[str, Collection[str]] | None = None,
-                      group: str | None = None) -> dict[str, dict[str, str]]:
-        """The configs of these topics; :class:`WorkerError` if Kafka refuses the login, a
-        topic is missing, or the principal lacks an operation of ``need`` (topic -> ACL
-        operations, e.g. ``READ``) or READ on consumer group ``group``: the message names
-        each missing permission, and the worker stops instead of failing later in a loop."""
-        access = KafkaAccess(self._base, timeout)
-        checked = list(dict.fromkeys([*names, *(need or {})]))
-        try:
-            found = access.topics(checked)
-            group_ok = group is None or access.group_allows(group, "READ")
-        except ConfigError as exc:  # wrong password, bad CA, no broker: say so, once
-            raise WorkerError(f"the worker cannot start: {exc}") from exc
-        missing = sorted(n for n in checked if not found[n].exists)
-        if missing:
-            raise WorkerError(f"the worker cannot start: topics missing: {', '.join(missing)}; run "
-                              "`fifolane topics create`")
-        lacking = [f"{op} on topic {n!r}" for n in checked
-                   for op in (need or {}).get(n, ()) or ("DESCRIBE",) if not found[n].allows(op)]
-        if not group_ok:
-            lacking.append(f"READ on consumer group {group!r}")
-        if lacking:
-            who = access.principal or "this worker's principal"
-            grant = (f"fifolane acls apply --role worker --principal {access.principal or 'User:<name>'}"
-                     + (f" --group-id {group}" if group else ""))
-            raise WorkerError(f"the worker cannot start: {who} lacks {', '.join(lacking)}; grant them "
-                              f"(`{grant}`, docs/security.md)")
-        admin = access.admin
-        found_configs: dict[str, dict[str, str]] = {}
-        try:
-            futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
-                                             request_timeout=timeout)
-            for res, fut in futures.items():
-                entries = fut.result(timeout=timeout)
-                found_configs[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
-        except (KafkaException, TimeoutError) as exc:  # optional: a frozen broker is no reason to stop
-            log.warning("cannot read topic configs (%s): assuming Kafka's defaults",
-                        map_error(exc, "describe configs") if isinstance(exc, KafkaException) else "timed out")
-        return {n: found_configs.get(n, {}) for n in names}

@@ -21,8 +21,9 @@ from fifolane.errors import KafkaClientError
 from fifolane.serde.state_records import StateRecord
 from services.worker.assignment import Topics
 from services.worker.checkpoint import Checkpoint
+from services.worker.clients import KafkaClients
 from services.worker.directory import DirectoryApplier, claim_value, restored_row
-from services.worker.kafka import KafkaClients, Record, WorkerConsumer
+from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
 from services.worker.parking import Parked, Parking, load_parked

@@ -34,10 +34,10 @@ from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
-from services.worker.clients import consumer_config, needed_access, producer_config
+from services.worker.clients import KafkaClients, consumer_config, needed_access, producer_config
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
-from services.worker.kafka import KafkaClients, Record, WorkerConsumer
+from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
@@ -59,7 +59,7 @@ class Worker:
     """A fifolane worker process (see the module docstring).
 
     ``sink``: an optional change sink (``listeners`` is its older name). ``clients``: how
-    the Kafka clients are made (:class:`services.worker.kafka.KafkaClients`; unit tests
+    the Kafka clients are made (:class:`services.worker.clients.KafkaClients`; unit tests
     pass fakes).
     """
 
@@ -130,10 +130,10 @@ class Worker:
         """Make the clients and join the group (``run`` does this first)."""
         s, o = self.settings, self.opts
         clients = self.clients
-        self.consumer = clients.consumer(consumer_config(o, self.group_id))
-        producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)
         names, need = needed_access(s, self.topics, registry=self.sink is not None, parked=o.on_failure == "park")
         self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
+        self.consumer = clients.consumer(consumer_config(o, self.group_id))  # after the checks: a
+        producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)  # refusal makes none
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()
@@ -187,17 +187,17 @@ class Worker:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
         if self._stop.is_set():
             return  # stopped before it started: nothing joined, nothing to leave
-        # Objects from start-up (modules, schemas, clients) live as long as the process: keep
-        # them out of the collector's scans, and collect young objects less often (the hot
-        # path allocates several containers per event, nearly all freed at once).
+        # Start-up's objects (modules, schemas) live as long as the process: keep them out of
+        # the collector's scans, and collect young objects less often (the hot path allocates
+        # several containers per event, nearly all freed at once).
         gc.collect()
         gc.freeze()
         gc.set_threshold(20_000, 20, 20)
-        self.connect()
-        log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
-                 self.group_id, self.opts.concurrency, self.opts.guarantee)
-        self._next_checkpoint = time.monotonic() + self.opts.commit_interval
-        try:
+        try:  # close() also after a failed connect: no client may outlive the worker
+            self.connect()
+            log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
+                     self.group_id, self.opts.concurrency, self.opts.guarantee)
+            self._next_checkpoint = time.monotonic() + self.opts.commit_interval
             while not self._stop.is_set():
                 self.poll_once()
             self.checkpoint(drain=True)
@@ -274,11 +274,6 @@ class Worker:
         if self.consumer is not None:
             self.consumer.close()  # revokes: our on_revoke checkpoints first
             self.consumer = None
-        if self.ckpt is not None:
-            try:
-                self.ckpt.producer.flush(10)
-            except KafkaClientError as exc:
-                log.warning("producer flush on close: %s", exc)
         if self.assignment is not None:
             for task in list(self.assignment.restoring.values()):
                 task.cancel()
@@ -289,6 +284,8 @@ class Worker:
             self._dir_stores.close_all()
         if self.sink is not None:
             self.sink.close()
+        if self.ckpt is not None:
+            self.ckpt.producer.close(flush=10)  # last: nothing may send after it
         self._write_stats(force=True)
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,4 +1,4 @@
-"""Fake Kafka clients for worker unit tests (services.worker.kafka.KafkaClients' interface).
+"""Fake Kafka clients for worker unit tests (services.worker.clients.KafkaClients' interface).
 
 No broker: the consumer hands out the batches a test queues, the producer records what is
 produced and can be told to fail, and restores find empty changelogs. End-to-end behaviour
@@ -11,7 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fifolane.errors import KafkaClientError
-from services.worker.kafka import DeliveryReport, KafkaClients
+from services.worker.clients import KafkaClients
+from services.worker.kafka import DeliveryReport
 
 __all__ = ["FakeClients", "FakeConsumer", "FakeMsg", "FakeProducer"]
 
@@ -67,10 +68,13 @@ class FakeProducer:
         self.transactional = False
         self.in_txn = False
         self.full = 0
+        self.closed = 0  # close() calls (FakeClients.producer() opens it again)
 
     def produce(self, topic: str, value: Any = None, key: Any = None, partition: int = -1,
                 headers: Any = None, *, full: bool = False) -> None:
         self.queue_full += full
+        if self.closed:
+            raise RuntimeError("Producer has been closed")  # as confluent-kafka's
         if self.fail is not None:
             exc, self.fail = self.fail, None
             raise exc
@@ -108,6 +112,9 @@ class FakeProducer:
 
     def flush(self, timeout: float) -> int:
         return 0
+
+    def close(self, flush: float = 0.0) -> None:
+        self.closed += 1
 
     def renew(self) -> None:
         self.renewals += 1
@@ -197,6 +204,7 @@ class FakeClients(KafkaClients):
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> Any:
         self.fake_producer.transactional = transactional
+        self.fake_producer.closed = 0
         return self.fake_producer
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:

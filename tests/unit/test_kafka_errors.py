@@ -135,7 +135,7 @@ def test_topic_configs_that_do_not_come_in_time_are_kafkas_defaults(monkeypatch:
     import concurrent.futures
     from types import SimpleNamespace
 
-    import services.worker.kafka as kafka
+    import services.worker.clients as kafka
 
     class _Late:
         def result(self, timeout: float | None = None) -> object:
@@ -152,6 +152,9 @@ def test_topic_configs_that_do_not_come_in_time_are_kafkas_defaults(monkeypatch:
 
         def group_allows(self, group: str, op: str) -> bool:
             return True
+
+        def close(self) -> None:
+            self.admin = None
 
     monkeypatch.setattr(kafka, "KafkaAccess", _Access)
     got = kafka.KafkaClients({}).topic_configs(["a", "b"], timeout=0.1)
