@@ -108,4 +108,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
     made.append(w)
     if requested:
         w.stop()  # run() then closes at once
-    w.run()
+    try:
+        w.run()
+    finally:  # nothing keeps the worker then: main() destroys the clients its parts still hold
+        made.clear()

@@ -44,7 +44,12 @@ def test_standby_takes_over_restoring_only_the_tail(settings: Settings, topics: 
         client = StateClient.from_settings(settings, timeout=120)
         wait_until(lambda: client.get("reservation", f"R{N - 1:05d}", group=group) is not None, timeout=180,
                    message="every event processed")
-        owner = client.routing(refresh=True)["partitions"][str(p)]
+        # The routing comes from the answering worker's view of the group, which may lag: it
+        # may not list the partition's standby yet (CI saw none once), or even its owner.
+        def placed() -> dict[str, Any] | None:
+            entry: dict[str, Any] = client.routing(refresh=True)["partitions"].get(str(p), {})
+            return entry if entry.get("standbys") else None
+        owner = wait_until(placed, timeout=60, message=lambda: f"a standby of partition {p}")
         by_id = {w.worker_id: w for w in procs}
         own, other = by_id[owner["owner"]], next(w for w in procs if w.worker_id != owner["owner"])
         assert [s["worker"] for s in owner["standbys"]] == [other.worker_id]
