@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fifolane.serde.catalog import DELETE_SCHEMA_NAME, SchemaCatalog, WriterSchema
-from fifolane.serde.codec import Codec, Decoded, SingleObjectCodec
-from fifolane.serde.entity import EntityType
+from fifolane.compiled import activate
+
+activate(__name__, __path__)  # the compiled modules, if built and current (fifolane/compiled.py)
+
+from fifolane.serde.catalog import DELETE_SCHEMA_NAME, SchemaCatalog, WriterSchema  # noqa: E402
+from fifolane.serde.codec import Codec, Decoded, SingleObjectCodec  # noqa: E402
+from fifolane.serde.entity import EntityType  # noqa: E402
 
 if TYPE_CHECKING:
     from fifolane.config import Settings

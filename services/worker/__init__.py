@@ -4,8 +4,12 @@ Public names: :class:`App`, :class:`Event`, :class:`GroupState`, :class:`Output`
 :class:`Worker`, :class:`WorkerOptions`.
 """
 
-from services.worker.app import App, Event, GroupState, Output
-from services.worker.options import WorkerOptions
+from fifolane.compiled import activate
+
+activate(__name__, __path__)  # the compiled modules, if built and current (fifolane/compiled.py)
+
+from services.worker.app import App, Event, GroupState, Output  # noqa: E402
+from services.worker.options import WorkerOptions  # noqa: E402
 
 __all__ = ["App", "Event", "GroupState", "Output", "Worker", "WorkerOptions"]
 

@@ -1,0 +1,91 @@
+"""The compiled general path (fifolane/compiled.py) is used only when it is current."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fifolane import compiled
+from fifolane.config import PROJECT_ROOT
+
+
+@pytest.fixture
+def build_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A build directory of its own: a stamp and no modules."""
+    monkeypatch.setattr(compiled, "BUILD", tmp_path / "_compiled")
+    monkeypatch.setattr(compiled, "STAMP", tmp_path / "_compiled" / "stamp.json")
+    monkeypatch.delenv("FIFOLANE_COMPILED", raising=False)
+    compiled._current.cache_clear()
+    yield tmp_path / "_compiled"
+    compiled._current.cache_clear()
+
+
+def _stamp(build: Path, **changes: object) -> None:
+    build.mkdir(parents=True, exist_ok=True)
+    stamp = {"python": compiled._tag(), "sources": compiled._digests(), **changes}
+    (build / "stamp.json").write_text(json.dumps(stamp))
+
+
+def test_not_built_means_pure_python(build_dir: Path) -> None:
+    assert compiled.status() == "not built"
+    path = ["/src/services/worker"]
+    compiled.activate("services.worker", path)
+    assert path == ["/src/services/worker"]
+
+
+def test_a_current_build_goes_first_on_the_packages_path(build_dir: Path) -> None:
+    _stamp(build_dir)
+    assert compiled.status() == "current"
+    path = ["/src/services/worker"]
+    compiled.activate("services.worker", path)
+    compiled.activate("services.worker", path)  # once
+    assert path == [str(build_dir / "services" / "worker"), "/src/services/worker"]
+    assert str(build_dir) in sys.path  # mypyc's shared library
+    sys.path.remove(str(build_dir))
+
+
+def test_a_source_changed_since_the_build_means_pure_python_for_all(build_dir: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    sources = compiled._digests()
+    sources["services.worker.events"] = "0" * 64  # built from another events.py
+    _stamp(build_dir, sources=sources)
+    assert compiled.status() == "stale: services.worker.events changed since the build"
+    path = ["/src/fifolane/serde"]
+    compiled.activate("fifolane.serde", path)  # another package's module changed: none is used
+    assert path == ["/src/fifolane/serde"]
+    assert "compiled modules not used (stale: services.worker.events changed since the build)" in caplog.text
+
+
+def test_another_python_or_switched_off_means_pure_python(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _stamp(build_dir, python="cpython-399")
+    assert compiled.status() == f"built for cpython-399, this is {compiled._tag()}"
+    _stamp(build_dir)
+    monkeypatch.setenv("FIFOLANE_COMPILED", "0")
+    assert compiled.status() == "off"
+    path: list[str] = []
+    compiled.activate("services.worker", path)
+    assert path == []
+
+
+def test_the_modules_in_use_are_the_ones_status_says() -> None:
+    """In this process: compiled modules when the build is current (./dev builds it), the
+    plain sources otherwise (FIFOLANE_COMPILED=0, no C compiler)."""
+    state = compiled.status()
+    for name in compiled.MODULES:
+        where = Path(importlib.import_module(name).__file__ or "")
+        if state == "current":
+            assert where.is_relative_to(compiled.BUILD) and where.suffix == ".so", name
+        else:
+            assert where == compiled._source(name), name
+
+
+def test_the_command_line_reports_the_status() -> None:
+    done = subprocess.run([sys.executable, "-m", "fifolane.compiled", "status"], capture_output=True, text=True,
+                          cwd=PROJECT_ROOT, check=False, timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == compiled.status()
