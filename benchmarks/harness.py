@@ -93,7 +93,16 @@ def machine_info(kafka: str) -> dict[str, Any]:
         "fastavro": _version("fastavro"),
         "rocksdict": _version("rocksdict"),
         "kafka": kafka,
+        "general_path": _general_path(),
     }
+
+
+def _general_path() -> str:
+    """Whether the worker runs the compiled general path (fifolane/compiled.py)."""
+    from fifolane import compiled
+
+    state = compiled.status()
+    return "compiled with mypyc" if state == "current" else f"pure Python ({state})"
 
 
 def _cpu_model() -> str:

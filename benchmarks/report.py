@@ -27,7 +27,8 @@ def write_markdown(path: Path, results: dict[str, dict[str, Any]], machine: dict
     lines = [
         f"Benchmarks{' (quick run)' if quick else ''}: {m['cpu_count']} CPUs ({m['cpu_model']}), "
         f"{m['memory_gb']} GB, Python {m['python']}, confluent-kafka {m['confluent_kafka']} "
-        f"(librdkafka {m['librdkafka']}), {m['kafka']}. "
+        f"(librdkafka {m['librdkafka']}), {m['kafka']}"
+        + (f", fifolane's general path {m['general_path']}" if m.get("general_path") else "") + ". "
         "Ratios are to baselines measured in the same run.",
         "",
         "| suite | measurement | value | baseline | baseline value | ratio | target | met |",

@@ -80,11 +80,14 @@ def status() -> str:
         return "not built"
     if stamp.get("python") != _tag():
         return f"built for {stamp.get('python')}, this is {_tag()}"
+    built = stamp.get("sources", {})
+    if set(built) != set(MODULES):  # its directory holds other modules than those checked
+        return "built for another list of modules"
     try:
         digests = _digests()
     except OSError as exc:
         return f"a source is missing ({exc})"
-    stale = sorted(m for m in MODULES if stamp.get("sources", {}).get(m) != digests[m])
+    stale = sorted(m for m in MODULES if built[m] != digests[m])
     return f"stale: {', '.join(stale)} changed since the build" if stale else "current"
 
 

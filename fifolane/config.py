@@ -28,7 +28,7 @@ ENV_PREFIX = "FIFOLANE_"
 # Env vars with the prefix that are not settings fields (read by other parts of the project).
 _NON_SETTINGS_ENV = {
     "CONFIG", "TEST_BOOTSTRAP", "TEST_BROKERS", "LOG_LEVEL", "BENCH_QUICK", "FAIL_ON_SKIP", "WORKERS",
-    "FAULTS_LONG", "FAULTS_SEED", "BENCH_WARM_BROKER",
+    "FAULTS_LONG", "FAULTS_SEED", "BENCH_WARM_BROKER", "COMPILED",
 }
 
 

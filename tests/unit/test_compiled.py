@@ -61,6 +61,16 @@ def test_a_source_changed_since_the_build_means_pure_python_for_all(build_dir: P
     assert "compiled modules not used (stale: services.worker.events changed since the build)" in caplog.text
 
 
+def test_a_build_of_other_modules_is_not_used(build_dir: Path) -> None:
+    """Its directory would also hold modules that no stamp check covers."""
+    _stamp(build_dir, sources={**compiled._digests(), "services.worker.runtime": "0" * 64})
+    assert compiled.status() == "built for another list of modules"
+    sources = compiled._digests()
+    del sources["services.worker.events"]
+    _stamp(build_dir, sources=sources)
+    assert compiled.status() == "built for another list of modules"
+
+
 def test_another_python_or_switched_off_means_pure_python(build_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _stamp(build_dir, python="cpython-399")
     assert compiled.status() == f"built for cpython-399, this is {compiled._tag()}"
@@ -89,3 +99,12 @@ def test_the_command_line_reports_the_status() -> None:
                           cwd=PROJECT_ROOT, check=False, timeout=60)
     assert done.returncode == 0
     assert done.stdout.strip() == compiled.status()
+
+
+def test_the_switch_is_not_taken_for_an_unknown_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Settings refuse unknown FIFOLANE_* variables; this one is known (not a setting)."""
+    from fifolane.config import load_settings
+
+    monkeypatch.setenv("FIFOLANE_COMPILED", "0")
+    monkeypatch.setenv("FIFOLANE_HOME", str(tmp_path))
+    assert load_settings().home == tmp_path
