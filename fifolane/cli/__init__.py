@@ -9,6 +9,7 @@ import importlib.util
 import logging
 import os
 import sys
+import traceback
 
 import click
 
@@ -82,6 +83,9 @@ def _run() -> int | str | None:
         return 2
     except SystemExit as exc:  # a command's own exit code
         return exc.code
+    except Exception:  # noqa: BLE001 - unexpected: its traceback and code 1, as Python's own
+        traceback.print_exc()  # handler would, but with the clients released after it
+        return 1
     return 0
 
 

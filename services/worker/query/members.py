@@ -159,6 +159,8 @@ class Roster:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._thread is None or not self._thread.is_alive():
+            self._admin_client = None  # destroyed now, not at the interpreter's exit (fifolane.cli)
 
     def refresh_soon(self) -> None:
         """Refresh now (a rebalance happened here)."""

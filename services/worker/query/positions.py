@@ -78,6 +78,8 @@ class Resolver:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(10)
+        if self._thread is None or not self._thread.is_alive():
+            self._admin = None  # destroyed now, not at the interpreter's exit (fifolane.cli)
 
     def committing(self) -> None:
         """A commit is about to start (poll thread)."""

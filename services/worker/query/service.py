@@ -231,13 +231,13 @@ class QueryService:
         self.views.withdraw(p)
 
     def close(self) -> None:
-        """Stop serving and clear the address (a clean leave: clients stop asking here)."""
-        if self.me.url is None:
-            return
-        try:
-            self.roster.announce(self.me.worker, None)
-        except Exception as exc:  # noqa: BLE001 - leaving anyway; the record then goes stale
-            log.warning("members record not cleared: %s", exc)
+        """Stop serving and clear the address (a clean leave: clients stop asking here).
+        Also after a start that failed half-way: what it started stops, its clients close."""
+        if self.me.url is not None:
+            try:
+                self.roster.announce(self.me.worker, None)
+            except Exception as exc:  # noqa: BLE001 - leaving anyway; the record then goes stale
+                log.warning("members record not cleared: %s", exc)
         if self.readers is not None:
             self.readers.stop()
         self.server.stop()
