@@ -24,12 +24,21 @@ def write_markdown(path: Path, results: dict[str, dict[str, Any]], machine: dict
                    quick: bool) -> None:
     """One row per metric: value, baseline, ratio, target and whether it is met."""
     m = machine
+    # Which general path each suite's worker ran (fifolane/compiled.py; suites run before it
+    # existed ran pure Python): one clause when they agree, else one per suite.
+    paths = {suite: data.get("machine", {}).get("general_path", "pure Python") for suite, data in results.items()}
+    if len(set(paths.values())) > 1:
+        by_path: dict[str, list[str]] = {}
+        for suite, used in paths.items():
+            by_path.setdefault(used, []).append(suite)
+        general = ", fifolane's general path " + "; ".join(f"{p} in {', '.join(s)}" for p, s in by_path.items())
+    else:
+        general = f", fifolane's general path {next(iter(paths.values()), m.get('general_path'))}"
     lines = [
         f"Benchmarks{' (quick run)' if quick else ''}: {m['cpu_count']} CPUs ({m['cpu_model']}), "
         f"{m['memory_gb']} GB, Python {m['python']}, confluent-kafka {m['confluent_kafka']} "
-        f"(librdkafka {m['librdkafka']}), {m['kafka']}"
-        + (f", fifolane's general path {m['general_path']}" if m.get("general_path") else "") + ". "
-        "Ratios are to baselines measured in the same run.",
+        f"(librdkafka {m['librdkafka']}), {m['kafka']}" + (general if m.get("general_path") or results else "")
+        + ". Ratios are to baselines measured in the same run.",
         "",
         "| suite | measurement | value | baseline | baseline value | ratio | target | met |",
         "|---|---|---:|---|---:|---:|---|---|",
