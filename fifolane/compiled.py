@@ -143,7 +143,7 @@ def build(quiet: bool = False) -> bool:
 def main(argv: list[str]) -> int:
     what = argv[0] if argv else "status"
     if what == "build":
-        if _current() and status() == "current" and "--force" not in argv:
+        if status() == "current" and "--force" not in argv:
             print("fifolane: the compiled general path is current")
             return 0
         print("== compiling the general path with mypyc (pure Python is used where it fails)")
