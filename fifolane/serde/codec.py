@@ -20,7 +20,7 @@ from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint_bytes
 from fifolane.serde.flatwrite import FlatWriter, compile_writer, explain_refusal
-from fifolane.serde.scan import Scanner, compile_scanner, reads_unchanged
+from fifolane.serde.scan import Reader, Scanner, compile_reader, compile_scanner, reads_unchanged
 
 __all__ = ["AvroCodec", "Codec", "Decoded", "SingleObjectCodec", "SINGLE_OBJECT_MAGIC", "Scan"]
 
@@ -98,6 +98,9 @@ class AvroCodec:
         #: type name (or _DELETE) -> fast writer of header + body, for flat schemas
         #: (:mod:`fifolane.serde.flatwrite`); filled by subclasses with their headers.
         self._fast: dict[str, FlatWriter] = {}
+        #: writer fingerprint -> fast reader of its bodies (:func:`compile_reader`), None if
+        #: fastavro reads them (not flat, or resolved into another schema)
+        self._readers: dict[int, Reader | None] = {}
 
     # -- encoding ----------------------------------------------------------------------
     def _prefix(self, type_name: str) -> tuple[bytes, dict[str, Any]]:  # pragma: no cover
@@ -127,6 +130,16 @@ class AvroCodec:
 
     # -- decoding ----------------------------------------------------------------------
     def _read(self, writer: WriterSchema, data: bytes, offset: int) -> Decoded:
+        try:
+            fast = self._readers[writer.fingerprint]
+        except KeyError:
+            fast = self._readers[writer.fingerprint] = (
+                compile_reader(writer.schema) if writer.reader is None else None)
+        if fast is not None:
+            found = fast(data, offset)  # None: not sure, fastavro decides (or names the error)
+            if found is not None:
+                entity = writer.entity
+                return _new_decoded(Decoded, (entity, found, False)) if entity is not None else self._delete(found)
         fo = BytesIO(data)
         fo.seek(offset)
         try:

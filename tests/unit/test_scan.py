@@ -12,7 +12,7 @@ import pytest
 
 from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog, make_codec
-from fifolane.serde.scan import compile_scanner
+from fifolane.serde.scan import compile_reader, compile_scanner
 
 SCHEMA = fastavro.parse_schema({
     "type": "record", "name": "Every", "fields": [
@@ -98,6 +98,81 @@ def test_scanner_never_accepts_what_fastavro_refuses() -> None:
         assert expected is not None, f"scanner accepted a body fastavro refuses: {data.hex()}"
         assert got == [expected[name] for name in WANTED]
     assert answered > 100 and refused > 1000  # both branches exercised
+
+
+def _same(got: dict[str, Any] | None, want: dict[str, Any] | None) -> bool:
+    """The same record: field order, values and exact types (repr tells 1 from 1.0, -0.0 from 0.0)."""
+    return got is not None and want is not None and list(got) == list(want) and \
+        all(type(got[k]) is type(want[k]) and repr(got[k]) == repr(want[k]) for k in want)
+
+
+def test_reader_reads_what_fastavro_reads() -> None:
+    read = compile_reader(SCHEMA)
+    assert read is not None
+    rng = random.Random(5)
+    for _ in range(2000):
+        body = _encode(_record(rng))
+        assert _same(read(b"HDR" + body, 3), _decode(body))
+
+
+def test_reader_never_accepts_what_fastavro_refuses() -> None:
+    """Corrupt bodies: a record only where fastavro gives the very same one."""
+    read = compile_reader(SCHEMA)
+    assert read is not None
+    rng = random.Random(13)
+    answered = refused = 0
+    for _ in range(6000):
+        body = bytearray(_encode(_record(rng)))
+        how = rng.randrange(3)
+        if how == 0:
+            del body[rng.randrange(len(body)):]
+        elif how == 1:
+            body += rng.randbytes(rng.randrange(1, 4))
+        else:
+            for _ in range(rng.randrange(1, 3)):
+                body[rng.randrange(len(body))] = rng.randrange(256)
+        got = read(bytes(body), 0)
+        if got is None:
+            refused += 1
+            continue
+        answered += 1
+        assert _same(got, _decode(bytes(body))), f"reader and fastavro differ on {bytes(body).hex()}"
+    assert answered > 100 and refused > 1000
+
+
+def test_reader_declines_what_is_not_flat() -> None:
+    for field_type in ({"type": "array", "items": "int"}, {"type": "int", "logicalType": "date"}):
+        schema = fastavro.parse_schema({"type": "record", "name": "R", "fields": [
+            {"name": "id", "type": "string"}, {"name": "other", "type": field_type}]}, named_schemas={})
+        assert compile_reader(schema) is None
+
+
+def test_codec_decodes_flat_values_without_fastavro(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values of a current flat schema take the reader; anything it declines (a cut value,
+    trailing bytes) still gets fastavro's answer and error message."""
+    import fifolane.serde.codec as codec_module
+
+    codec = make_codec(Settings(), SchemaCatalog.load(Settings().schemas_dir))
+    record = {"reservation_id": "R1", "flight_number": "F1", "customer_id": "c\u00e9", "seats": 2,
+              "amount": 5.0, "state": "CONFIRMED", "version": 12}
+    value = codec.encode("reservation", record)
+    errors = []
+    for bad in (value[:-1], value + b"\x00"):
+        try:
+            codec.decode(bad)
+        except Exception as exc:  # noqa: BLE001 - the message is compared below
+            errors.append(f"{type(exc).__name__}: {exc}")
+    assert len(errors) == 2 and "trailing bytes" in errors[1]
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("fastavro was asked")
+
+    monkeypatch.setattr(codec_module, "schemaless_reader", refuse)
+    decoded = codec.decode(value)
+    assert decoded.type.name == "reservation" and not decoded.is_delete and _same(decoded.record, record)
+    deleted = codec.decode(codec.encode_delete("reservation", "R1", "F1", 13))
+    assert deleted.is_delete and deleted.record == {"entity_type": "reservation", "key": "R1", "group": "F1",
+                                                     "version": 13}
 
 
 @pytest.mark.parametrize("field_type", [
