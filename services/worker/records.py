@@ -36,7 +36,7 @@ class RecordCache:
     Safe to share between handler threads: every operation is one dict call under the GIL.
     """
 
-    __slots__ = ("_decode", "_records", "_shapes", "_size", "_types")
+    __slots__ = ("_decode", "_records", "_size", "_types")
 
     def __init__(self, decode: Callable[[bytes], dict[str, Any]], catalog: Any, size: int = 50_000) -> None:
         self._decode = decode
@@ -44,9 +44,6 @@ class RecordCache:
         self._records: dict[bytes, tuple[bytes, dict[str, Any]]] = {}  # key -> (value, record)
         #: type name -> ((field, exact types), ...) of flat types
         self._types: dict[str, tuple[tuple[str, frozenset[type]], ...]] = {}
-        #: (type name, keys, their values' types) -> whether such a record decodes to itself:
-        #: the answer of the field-by-field check, kept (a handler writes few shapes)
-        self._shapes: dict[tuple[str, tuple[str, ...], tuple[type, ...]], bool] = {}
         for entity in catalog:
             types = round_trip_types(entity.schema)
             if types is not None:
@@ -69,16 +66,11 @@ class RecordCache:
     def wrote(self, type_name: str, data: bytes, record: dict[str, Any], ekey: bytes | None = None) -> None:
         """A handler wrote ``record`` as ``data`` (the entity ``ekey``, if given): remember
         it if decoding gives it back."""
-        shape = (type_name, tuple(record), tuple(map(type, record.values())))
-        exact = self._shapes.get(shape)
-        if exact is None:
-            exact = self._decodes_to_itself(type_name, record)
-            if len(self._shapes) < 1000:  # a bound against a handler of ever new shapes
-                self._shapes[shape] = exact
-        if exact:
+        if self._decodes_to_itself(type_name, record):
             self._keep(data if ekey is None else ekey, data, dict(record))
 
     def _decodes_to_itself(self, type_name: str, record: dict[str, Any]) -> bool:
+        # Field by field, nothing built (a write of every handler call comes through here).
         fields = self._types.get(type_name)
         if fields is None or len(record) != len(fields):
             return False
