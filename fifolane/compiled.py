@@ -39,9 +39,11 @@ log = logging.getLogger(__name__)
 MODULES = (
     "fifolane.serde.entity",
     "fifolane.serde.flatwrite",
+    "fifolane.serde.scan",
     "services.worker.calls",
     "services.worker.checkpoint",
     "services.worker.effects",
+    "services.worker.event",
     "services.worker.events",
     "services.worker.fastpath",
     "services.worker.ingest",

@@ -25,46 +25,13 @@ import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from fifolane.errors import AppError
+from services.worker.event import Event
 
 __all__ = ["App", "Event", "GroupState", "HandlerSpec", "Output", "load_app", "table_handler"]
-
-
-@dataclass(slots=True)
-class Event:
-    """One input event, decoded. ``value`` is None for deletes."""
-
-    type: str
-    key: str
-    group: str
-    version: int
-    op: Literal["upsert", "delete", "move-out", "release"]
-    value: dict[str, Any] | None
-    partition: int
-    offset: int
-    timestamp: int
-    raw: bytes = b""
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    #: The scheduling lane: the group, or ``<group>\x00<stage>`` for a stage handler's event
-    #: (one event per lane in flight, arrival order within a lane).
-    lane: str = ""
-    #: The pipeline stage this event is handled in (None: no stage handler).
-    stage: str | None = None
-    #: Stages this entity version already passed (an event made by an earlier stage).
-    passed: frozenset[str] = frozenset()
-    #: A held event of a parked group, replayed on its release.
-    replay: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.lane:
-            self.lane = self.group
-
-    @property
-    def entity_key(self) -> bytes:
-        return f"{self.type}/{self.key}".encode()
 
 
 @dataclass(slots=True, frozen=True)

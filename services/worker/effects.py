@@ -23,7 +23,7 @@ class _Catalog(Protocol):
     def entity(self, type_name: str) -> Any: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # its own __init__: native when compiled (services.worker.rows)
 class Write:
     """One entity write: ``value``/``record`` are None for a delete."""
 
@@ -34,15 +34,28 @@ class Write:
     value: bytes | None
     record: dict[str, Any] | None
 
+    def __init__(self, type: str, key: str, group: str, version: int, value: bytes | None,
+                 record: dict[str, Any] | None) -> None:
+        self.type = type
+        self.key = key
+        self.group = group
+        self.version = version
+        self.value = value
+        self.record = record
+
     @property
     def entity_key(self) -> bytes:
         return f"{self.type}/{self.key}".encode()
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Effects:
     writes: dict[bytes, Write] = field(default_factory=dict)
     outputs: list[Output] = field(default_factory=list)
+
+    def __init__(self, writes: dict[bytes, Write] | None = None, outputs: list[Output] | None = None) -> None:
+        self.writes = {} if writes is None else writes
+        self.outputs = [] if outputs is None else outputs
 
 
 class CallState:
