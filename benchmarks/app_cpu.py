@@ -14,6 +14,7 @@ where the time goes, run it under ``py-spy record``.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
@@ -29,7 +30,7 @@ from fifolane.config import Settings
 from fifolane.serde import SchemaCatalog
 from services.worker.app import load_app
 from services.worker.options import WorkerOptions
-from services.worker.runtime import Worker
+from services.worker.runtime import Worker, settle_gc
 
 __all__ = ["main", "measure"]
 
@@ -79,6 +80,7 @@ def measure(events: int, app: str = APP, guarantee: Guarantee = "exactly-once") 
     while worker.assigned_partitions != list(range(PARTITIONS)) and time.monotonic() < deadline:
         worker.poll_once()
     clients.fake_consumer.batches = [msgs[i:i + BATCH] for i in range(0, len(msgs), BATCH)]
+    settle_gc()  # as Worker.run() does
     cpu, wall = time.thread_time(), time.perf_counter()
     while clients.fake_consumer.batches:
         worker.poll_once()
@@ -86,6 +88,7 @@ def measure(events: int, app: str = APP, guarantee: Guarantee = "exactly-once") 
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     stats = worker.stats
     worker.close()
+    gc.unfreeze()
     return {"events": len(msgs), "cpu_us_per_event": cpu / len(msgs) * 1e6,
             "wall_us_per_event": wall / len(msgs) * 1e6, "produced": produced[0],
             **{k: getattr(stats, k) for k in ("consumed", "processed", "superseded", "dead_lettered",

@@ -50,9 +50,17 @@ from services.worker.scheduler import GroupScheduler
 from services.worker.sink import ChangeSink, Context
 from services.worker.state import StoreManager
 
-__all__ = ["Worker", "load_app"]
+__all__ = ["Worker", "load_app", "settle_gc"]
 
 log = logging.getLogger(__name__)
+
+
+def settle_gc() -> None:
+    """Keep start-up's objects (modules, schemas: as old as the process) out of the collector's
+    scans, and collect young objects less often (an event's containers are freed at once)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
 
 
 class Worker:
@@ -187,12 +195,7 @@ class Worker:
         """Process until :meth:`stop` (or SIGTERM via the CLI); always leaves cleanly."""
         if self._stop.is_set():
             return  # stopped before it started: nothing joined, nothing to leave
-        # Start-up's objects (modules, schemas) live as long as the process: keep them out of
-        # the collector's scans, and collect young objects less often (the hot path allocates
-        # several containers per event, nearly all freed at once).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(20_000, 20, 20)
+        settle_gc()
         try:  # close() also after a failed connect: no client may outlive the worker
             self.connect()
             log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
