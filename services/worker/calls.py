@@ -36,12 +36,13 @@ class HandlerCalls:
         self.catalog = catalog
         self.completions: queue.SimpleQueue[Result] = queue.SimpleQueue()
         #: decoded records handlers read, by their bytes (services/worker/records.py)
+        self._decode_value = codec.decoder()
         self.records = RecordCache(self._decode, catalog)
         self._pool: _HandlerThreads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _decode(self, data: bytes) -> dict[str, Any]:
-        record: dict[str, Any] = self.codec.decode(data).record
+        record: dict[str, Any] = self._decode_value(data).record
         return record
 
     def decode_value(self, data: bytes) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class Processing:
                  parking: Parking | None = None, park_failures: bool = False) -> None:
         self.app = app
         self.codec = codec
+        self._decode = codec.decoder()
         self.topics = topics
         self._state_topic = state_topic
         self._dlq = dlq_topic
@@ -97,7 +98,7 @@ class Processing:
             self.refuse(msg, "output-refused", poison)
             ckpt.poison_settled(topic, p, offset)
             return
-        event = to_event(msg, self.codec, decoded)
+        event = to_event(msg, self._decode, decoded)
         if isinstance(event, Rejected):
             self.refuse(msg, event.reason, event.error)
             return

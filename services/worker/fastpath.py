@@ -45,7 +45,7 @@ class FastPath:
         self._input = input_topic
         self._tables = tables
         self._types = table_types
-        self._decode = codec.decode
+        self._decode = codec.decoder()
         # Reads key, group and version of those types' upserts without decoding the record.
         self._scan = codec.scanner(table_types) if table_types else None
         self._busy = busy  # groups with queued events: theirs must queue behind them

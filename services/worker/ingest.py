@@ -8,6 +8,7 @@ directory (services/worker/directory.py) becomes an event of op ``move-out``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from fifolane.errors import SerializationError, UnknownSchemaError
@@ -43,10 +44,11 @@ def check_version(version: Any) -> Rejected | None:
     return None
 
 
-def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Rejected:
+def to_event(msg: Any, decode: Callable[[bytes], Decoded], decoded: Decoded | None = None) -> Event | Rejected:
     """The event of an input record (a confluent-kafka Message), or why there is none.
 
-    ``decoded``: the record's value, if the caller decoded it already.
+    ``decode``: a codec's decoder(); ``decoded``: the record's value, if the caller decoded it
+    already.
     """
     value = msg.value()
     headers = msg.headers()
@@ -58,7 +60,7 @@ def to_event(msg: Any, codec: Any, decoded: Decoded | None = None) -> Event | Re
         return Rejected("undecodable", "null value: input records must carry an encoded event")
     if decoded is None:
         try:
-            decoded = codec.decode(value)
+            decoded = decode(value)
         except UnknownSchemaError as exc:
             return Rejected("unknown-schema", str(exc))
         except SerializationError as exc:

@@ -33,7 +33,7 @@ class Releases:
                  submit: Callable[[Event], None], dead_letter: Callable[..., None]) -> None:
         self.parking = parking
         self._input = input_topic
-        self._codec = codec
+        self._decode = codec.decoder()
         self._stats = stats
         self._submit = submit
         self._dead_letter = dead_letter
@@ -91,7 +91,7 @@ class Releases:
         while (held := self.parking.next_held(group)) is not None:
             self._stats.held -= 1
             self._stats.replayed += 1
-            event = to_event(held.record(self._input), self._codec)
+            event = to_event(held.record(self._input), self._decode)
             if isinstance(event, Rejected):  # held as an event, so not expected
                 self._dead_letter(held.key, held.value, held.headers, self._input, held.partition,
                                   held.offset, event.reason, event.error)

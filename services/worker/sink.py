@@ -111,7 +111,7 @@ class Context:
         #: once: notifications go through here one by one.
         self.produce: Produce = ckpt.produce
         self._stores = stores
-        self._decode = codec.decode
+        self._decode = codec.decoder()
         self._catalog = catalog
         self._limits = limits
         self._dead_letter = dead_letter

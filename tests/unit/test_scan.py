@@ -289,3 +289,40 @@ def test_writer_schemas_that_resolve_with_changes_are_decoded_not_scanned(change
         "renamed record": (schema(name="Q"), reader),
     }[change]
     assert not reads_unchanged(writer, current)
+
+
+def test_codec_decoder_answers_as_decode_does() -> None:
+    """decoder() (the hot paths' decode) gives decode()'s answer or its very error, for current
+    values, deletes, older schema versions, damaged values and garbage."""
+    codec = make_codec(Settings(), SchemaCatalog.load(Settings().schemas_dir))
+    decode, quick = codec.decode, codec.decoder()
+    writer, header = _history_writer(codec, "reservation.v1.avsc")
+    old = BytesIO()
+    fastavro.schemaless_writer(old, writer.schema, {"reservation_id": "R0", "flight_number": "F0", "seats": 1,
+                                                    "amount": 2.5, "state": "NEW", "version": 3})
+    rng = random.Random(17)
+    values: list[Any] = [header + old.getvalue(), codec.encode_delete("reservation", "R1", "F1", 13),
+                         None, b"", b"\xc3\x01", b"garbage", b"\xc3\x01" + bytes(8) + b"\x02"]
+    for i in range(300):
+        record = {"reservation_id": f"R{i}\u00e9", "flight_number": f"F{i % 7}", "customer_id": "c",
+                  "seats": rng.randrange(-5, 9), "amount": rng.random(),
+                  "state": rng.choice(["NEW", "CONFIRMED", "REJECTED", "CANCELLED"]), "version": i}
+        value = codec.encode("reservation", record)
+        values.append(value)
+        b = bytearray(value)
+        b[rng.randrange(10, len(b))] = rng.randrange(256)
+        values += [bytes(b), value[:-1], value + b"\x00"]
+
+    def outcome(fn: Any, value: Any) -> Any:
+        try:
+            d = fn(value)
+        except Exception as exc:  # noqa: BLE001 - the error itself is compared
+            return type(exc), str(exc)
+        return type(d), d.type.name, d.is_delete, [(k, type(v), repr(v)) for k, v in d.record.items()]
+
+    answered = 0
+    for value in values:
+        want = outcome(decode, value)
+        assert outcome(quick, value) == want, value
+        answered += not issubclass(want[0], Exception)
+    assert answered > 300
