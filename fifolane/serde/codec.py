@@ -19,7 +19,7 @@ from fifolane.errors import SerializationError, UnknownSchemaError
 from fifolane.serde.catalog import SchemaCatalog, WriterSchema
 from fifolane.serde.entity import EntityType
 from fifolane.serde.fingerprint import fingerprint_bytes
-from fifolane.serde.flatwrite import FlatWriter, compile_writer, explain_refusal
+from fifolane.serde.flatwrite import FlatWriter, QuickEncoder, compile_writer, explain_refusal
 from fifolane.serde.scan import (
     QuickDecoder,
     Reader,
@@ -134,6 +134,11 @@ class AvroCodec:
                 pass
         prefix, schema = self._prefix(type_name)  # UnknownSchemaError for unknown types
         return _write(prefix, schema, record, type_name)
+
+    def encoder(self) -> QuickEncoder:
+        """:meth:`encode` for a hot path, as ``encoder().encode(type_name, record)``: the same
+        bytes and errors, the fast writers called without this class's Python frame."""
+        return QuickEncoder(self._fast, self.encode)
 
     def encode_delete(self, type_name: str, key: Any, group: Any, version: int) -> bytes:
         """Encode a ``fifolane.Delete`` of one entity of ``type_name``."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from fastavro import schemaless_writer
 
-__all__ = ["FlatWriter", "Refused", "compile_writer", "explain_refusal"]
+__all__ = ["FlatWriter", "QuickEncoder", "Refused", "compile_writer", "explain_refusal"]
 
 #: ``record -> prefix + Avro body``; raises (any exception) for what fastavro must decide.
 FlatWriter = Callable[[Mapping[str, Any]], bytes]
@@ -265,3 +265,24 @@ def _type_text(t: Any, named: Mapping[str, Any]) -> str:
     if "logicalType" in t:
         return f"{kind} ({t['logicalType']})"
     return f"{kind} {name}".strip()
+
+
+class QuickEncoder:
+    """A codec's ``encode(type name, record)`` calling its fast writers directly (compiled, no
+    Python frame of the codec's); whatever they refuse goes to the codec's ``encode``, which
+    writes it or names the error."""
+
+    __slots__ = ("_encode", "_writers")
+
+    def __init__(self, writers: dict[str, FlatWriter], encode: Callable[[str, Any], bytes]) -> None:
+        self._writers = writers
+        self._encode = encode
+
+    def encode(self, type_name: str, record: Any) -> bytes:
+        fast = self._writers.get(type_name)
+        if fast is not None:
+            try:
+                return fast(record)
+            except Exception:  # noqa: BLE001 - anything unusual: the codec decides
+                pass
+        return self._encode(type_name, record)

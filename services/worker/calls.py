@@ -37,6 +37,7 @@ class HandlerCalls:
         self.completions: queue.SimpleQueue[Result] = queue.SimpleQueue()
         #: decoded records handlers read, by their bytes (services/worker/records.py)
         self._decode_value = codec.decoder()
+        self._encoder = codec.encoder()  # CallState.put: encode without the codec's frames
         self.records = RecordCache(self._decode, catalog)
         self._pool: _HandlerThreads | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -50,7 +51,7 @@ class HandlerCalls:
         return self.records.read(data)
 
     def _state(self, event: Event, store: PartitionStore) -> CallState:
-        return CallState(event, store, self.codec, self.catalog, self.records)
+        return CallState(event, store, self._encoder, self.catalog, self.records)
 
     def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> Result:
         attempt = 0

@@ -303,6 +303,7 @@ def test_everything_schema_odd_values_same_outcome(tmp_path: Path) -> None:
     prefix = codec._encoders["everything"][0]
     fast = compile_writer(schema)
     assert fast is not None
+    quick = codec.encoder()
     rng = random.Random(5)
     good = list(_records(schema, 4000, seed=9))
     answered = 0
@@ -330,6 +331,11 @@ def test_everything_schema_odd_values_same_outcome(tmp_path: Path) -> None:
         except SerializationError as exc:
             after = "refused"
             assert str(exc).startswith("cannot encode everything: ")
+            with pytest.raises(SerializationError) as quick_refusal:
+                quick.encode("everything", candidate)  # the hot path's encode: the same error
+            assert str(quick_refusal.value) == str(exc)
+        else:
+            assert quick.encode("everything", candidate) == after
         assert after == before
         assert (after == "refused") == isinstance(expected, str)
     assert answered > 1000  # the fast path did most of the work
