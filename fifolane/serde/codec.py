@@ -92,6 +92,11 @@ class Codec(Protocol):
         """:meth:`decode` for a hot path: the same answers and errors, maybe faster."""
         ...
 
+    def encoder(self) -> QuickEncoder:
+        """:meth:`encode` for a hot path (``encoder().encode(type_name, record)``): the same
+        bytes and errors, maybe faster."""
+        ...
+
     def scanner(self, types: Collection[str]) -> Scan:
         """A shortcut for upserts of ``types``: read only the key, group and version of a
         value written with the current schema of its type, or an older one that resolves
