@@ -46,6 +46,8 @@ MODULES = (
     "services.worker.event",
     "services.worker.events",
     "services.worker.fastpath",
+    "services.worker.limits",
+    "services.worker.metrics",
     "services.worker.ingest",
     "services.worker.records",
     "services.worker.rows",

@@ -15,6 +15,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 import services.worker.state as state_mod
 from services.worker.effects import Effects, Write, check_effects
 from services.worker.limits import FRAMING, Limits
+from services.worker.metrics import Stats
 from services.worker.records import RecordCache
 from services.worker.state import Row, StoreManager
 from services.worker.table import STALE, TableApplier
@@ -90,7 +91,7 @@ def test_a_miss_read_while_a_commit_writes_the_row_never_hides_it(tmp_path: Path
     assert proxy.get(b"e:" + ekey) is not None  # RocksDB has the row
     try:
         assert st.get(ekey) == row, "a committed row is reported absent"
-        table = TableApplier(st, object(), state_topic="state", room=1 << 20, stats=object())  # type: ignore[arg-type]
+        table = TableApplier(st, object(), state_topic="state", room=1 << 20, stats=Stats())  # type: ignore[arg-type]
         assert table.prior(ekey, 3) is STALE, "an older version would be applied over version 7"
     finally:
         mgr.close_all()
@@ -101,7 +102,7 @@ def test_absent_noted_by_the_stale_check_is_dropped_by_the_commit(tmp_path: Path
     the recent rows) finds the row: coverage of TableApplier.prior's note."""
     mgr = StoreManager(tmp_path / "s", "g", group_index=True)
     st = mgr.open(0)
-    table = TableApplier(st, object(), state_topic="state", room=1 << 20, stats=object())  # type: ignore[arg-type]
+    table = TableApplier(st, object(), state_topic="state", room=1 << 20, stats=Stats())  # type: ignore[arg-type]
     ekey = b"reservation/R1"
     assert table.prior(ekey, 1) is None and ekey in st.absent
     st.put(ekey, Row(1, False, "F1", b"v1"), None)
