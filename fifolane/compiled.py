@@ -42,6 +42,7 @@ MODULES = (
     "fifolane.serde.scan",
     "services.worker.calls",
     "services.worker.checkpoint",
+    "services.worker.directory",
     "services.worker.effects",
     "services.worker.event",
     "services.worker.events",

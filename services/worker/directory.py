@@ -84,6 +84,11 @@ class Claim(NamedTuple):
         return (self.version, not self.deleted, self.group)
 
 
+# tuple.__new__ skips the NamedTuple's Python-level __new__: a claim is read for every
+# directory record (every new entity).
+_new_claim = tuple.__new__
+
+
 def wins(a: Claim | tuple[int, bool, str], b: Claim | tuple[int, bool, str]) -> bool:
     """Whether ``a`` beats ``b``: the higher ``(version, live, group)`` wins. At one version a
     live copy beats a deleted one (a move-out leaves a deletion with the version of the copy
@@ -108,7 +113,7 @@ def read_claim(value: bytes | None) -> Claim | None:
         group = value[_CLAIM.size :].decode()
     except UnicodeDecodeError:
         return None
-    return Claim(group, partition, version, bool(flags & _DELETED))
+    return _new_claim(Claim, (group, partition, version, bool(flags & _DELETED)))
 
 
 def restored_row(msg: Record, _raw: bool) -> RestoredRow | None:
@@ -122,7 +127,7 @@ def restored_row(msg: Record, _raw: bool) -> RestoredRow | None:
 
 def _claim_of(row: Row) -> Claim:
     partition = _PARTITION.unpack(row.value)[0] if row.value else -1
-    return Claim(row.group, partition, row.version, row.deleted)
+    return _new_claim(Claim, (row.group, partition, row.version, row.deleted))
 
 
 class MoveOut(NamedTuple):
