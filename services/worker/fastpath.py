@@ -11,7 +11,7 @@ through the same applier. So the two paths differ only in how they read a record
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from fifolane.serde import Decoded
@@ -147,7 +147,7 @@ class FastPath:
             stats.superseded += superseded
 
 
-def _is_control(headers: list[tuple[str, bytes]]) -> bool:
+def _is_control(headers: Sequence[tuple[str, Any]]) -> bool:  # a value may be null (Any: see ingest)
     for name, _ in headers:  # noqa: SIM110 - a plain loop is cheaper on the hot path
         if name == CONTROL_HEADER:
             return True

@@ -8,7 +8,7 @@ directory (services/worker/directory.py) becomes an event of op ``move-out``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from fifolane.errors import SerializationError, UnknownSchemaError
@@ -96,7 +96,8 @@ def to_event(msg: Any, decode: Callable[[bytes], Decoded], decoded: Decoded | No
                  msg.partition(), msg.offset(), msg.timestamp()[1], value, headers or [], group)
 
 
-def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
+# Header values may be null (Kafka allows it): Any, since compiled code checks declared types.
+def _control(headers: Sequence[tuple[str, Any]]) -> bytes | None:
     for name, data in headers:
         if name == CONTROL_HEADER:
             return data or b""
@@ -107,7 +108,8 @@ def _control(headers: list[tuple[str, bytes]]) -> bytes | None:
 RELEASE = b"release"
 
 
-def _control_event(msg: Any, control: bytes, value: bytes | None, headers: list[tuple[str, bytes]]) -> Event | Rejected:
+def _control_event(msg: Any, control: bytes, value: bytes | None,
+                   headers: Any) -> Event | Rejected:
     mkey = msg.key()
     if control not in (MOVE_OUT, RELEASE) or not mkey:
         return Rejected("undecodable", f"unknown control record {control[:40]!r} (header {CONTROL_HEADER})")

@@ -460,3 +460,21 @@ def test_raw_rows_are_read_on_first_use(tmp_path: Path) -> None:
             FakeMsg(0, 12, b"F1", codec.encode("reservation", _reservation("R1", "F1", 5)))])
     assert (w.stats.superseded, w.stats.processed) == (1, 1)
     assert st.get(b"reservation/R1").version == 5  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_header_with_a_null_value_is_an_ordinary_header(tmp_path: Path, fast_path: bool) -> None:
+    """Kafka allows null header values (confluent-kafka gives ``(name, None)``): the record is
+    processed like any other, on both paths (compiled code checks declared types)."""
+    codec = make_codec(Settings(), CATALOG)
+    w = _worker(tmp_path, "w", fast_path=fast_path)
+    try:
+        value = codec.encode("reservation", _reservation("R1", "F1", 1))
+        w.clients.fake_consumer.batches = [[FakeMsg(0, 100, b"F1", value, [("traceparent", None)]),  # type: ignore[attr-defined]
+                                            FakeMsg(0, 101, b"F1", value, [("fifolane.control", None)])]]
+        wait_until(lambda: w.poll_once() or w.stats.consumed == 2, timeout=10, message="both records taken")
+        assert (w.stats.processed, w.stats.superseded) == (1, 0)
+        assert w.stats.dead_lettered == 1  # a control header without a known control: refused, not fatal
+        assert [r[0] for r in _records(w)].count("state") == 1
+    finally:
+        w.close()
