@@ -20,6 +20,7 @@ Python) means pure Python for all of them, never a compiled module older than it
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -113,8 +114,24 @@ def activate(package: str, path: list[str]) -> None:
     where = BUILD.joinpath(*package.split("."))
     if str(where) not in path:
         path.insert(0, str(where))
-    if str(BUILD) not in sys.path:
-        sys.path.append(str(BUILD))  # mypyc's shared library of the build (a top-level module)
+    _load_shared()
+
+
+def _load_shared() -> None:
+    """Load mypyc's shared library of the build, a top-level module the compiled modules
+    import, by its file. The build directory stays off ``sys.path``: its ``fifolane/`` and
+    ``services/`` (no ``__init__.py``) would be found there as namespace packages, ahead of
+    an editable install's finder, and hide the real ones from code run elsewhere."""
+    for so in BUILD.glob("*__mypyc.*"):
+        name = so.name.split(".", 1)[0]
+        if name in sys.modules:
+            continue
+        spec = importlib.util.spec_from_file_location(name, so)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def build(quiet: bool = False) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, Protocol
 
 from fifolane.errors import AppError
@@ -44,6 +44,9 @@ class Write:
         self.version = version
         self.value = value
         self.record = record
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: a compiled class is made through its __init__
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
     @property
     def entity_key(self) -> bytes:

@@ -7,7 +7,7 @@ event is made for every input record, and a compiled ``__init__`` makes it ~3x f
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = ["Event", "Op"]
@@ -67,3 +67,6 @@ class Event:
     @property
     def entity_key(self) -> bytes:
         return f"{self.type}/{self.key}".encode()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: a compiled class is made through its __init__
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))

@@ -6,7 +6,8 @@ packed as ``version (i64) | flags (u8) | len(group) (u16) | group | value``, or 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from fifolane.errors import StateError
 
@@ -47,6 +48,9 @@ class Row:
         self.deleted = deleted
         self.group = group
         self.value = value
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle: a compiled class is made through its __init__
+        return type(self), tuple(getattr(self, f.name) for f in fields(self))
 
     def pack(self) -> bytes:
         g = self.group.encode()

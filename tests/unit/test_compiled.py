@@ -45,8 +45,19 @@ def test_a_current_build_goes_first_on_the_packages_path(build_dir: Path) -> Non
     compiled.activate("services.worker", path)
     compiled.activate("services.worker", path)  # once
     assert path == [str(build_dir / "services" / "worker"), "/src/services/worker"]
-    assert str(build_dir) in sys.path  # mypyc's shared library
-    sys.path.remove(str(build_dir))
+    assert str(build_dir) not in sys.path  # its package directories would shadow the real ones
+
+
+def test_compiled_modules_import_from_any_directory(tmp_path: Path) -> None:
+    """An app run elsewhere, which imports fifolane.serde before services.worker, gets the
+    real packages (the build's directories are no namespace packages on sys.path)."""
+    code = ("import fifolane.serde, sys; from services.worker import Event, App; "
+            "import services.worker.events as e; print(e.__file__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          check=False, timeout=60)
+    assert done.returncode == 0, done.stderr
+    if compiled.status() == "current":
+        assert done.stdout.strip().endswith(".so")
 
 
 def test_a_source_changed_since_the_build_means_pure_python_for_all(build_dir: Path,
@@ -108,3 +119,33 @@ def test_the_switch_is_not_taken_for_an_unknown_setting(monkeypatch: pytest.Monk
     monkeypatch.setenv("FIFOLANE_COMPILED", "0")
     monkeypatch.setenv("FIFOLANE_HOME", str(tmp_path))
     assert load_settings().home == tmp_path
+
+
+def test_the_per_event_objects_behave_as_plain_dataclasses() -> None:
+    """Event, Row and Write have an __init__ of their own (native when compiled): they still
+    copy, pickle, replace and compare like the dataclasses they are, in both modes."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from services.worker import Event
+    from services.worker.effects import Write
+    from services.worker.rows import Row
+
+    event = Event("reservation", "R1", "F1", 3, "upsert", {"seats": 2}, 0, 41, 1700, raw=b"v",
+                  headers=[("h", b"1")])
+    assert event.lane == "F1" and event.entity_key == b"reservation/R1" and event.passed == frozenset()
+    assert Event("t", "k", "g", 1, "delete", None, 0, 0, 0).headers == []
+    assert Event("t", "k", "g", 1, "delete", None, 0, 0, 0).headers is not \
+        Event("t", "k", "g", 1, "delete", None, 0, 0, 0).headers  # a fresh list per event
+    objects = [event, Row(3, False, "F1", b"v"), Write("reservation", "R1", "F1", 3, b"v", {"seats": 2})]
+    for obj in objects:
+        for twin in (copy.copy(obj), copy.deepcopy(obj), pickle.loads(pickle.dumps(obj))):
+            assert twin == obj and twin is not obj and type(twin) is type(obj)
+        assert repr(obj).startswith(type(obj).__name__ + "(")
+    deep = copy.deepcopy(event)
+    deep.headers.append(("x", b"2"))
+    assert event.headers == [("h", b"1")]
+    moved = dataclasses.replace(event, group="F2", value={"seats": 3})
+    assert (moved.group, moved.lane, moved.value, moved.offset) == ("F2", "F1", {"seats": 3}, 41)
+    assert [f.name for f in dataclasses.fields(Event)][:6] == ["type", "key", "group", "version", "op", "value"]
