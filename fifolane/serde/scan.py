@@ -296,9 +296,10 @@ def round_trip_types(schema: dict[str, Any]) -> dict[str, frozenset[type]] | Non
             return None
         exact = {t for t in types if t is not None}
         kinds = [b[0] for b in branches]
-        if _LONG in kinds and _DOUBLE in kinds[: kinds.index(_LONG)]:
+        if _LONG in kinds and _DOUBLE in kinds:
             # A union writes a value into the first branch that takes it, and a double takes
-            # an int: 5 is written as 5.0 and decodes so.
+            # an int: 5 is written as 5.0 when the double comes first, and an int too large
+            # for the int (or long) branch is written as a double whatever the order.
             exact.discard(int)
         out[field["name"]] = frozenset(exact)
     return out

@@ -133,6 +133,23 @@ def test_a_remembered_write_is_what_decoding_its_bytes_gives_union_double_before
     assert type(got["x"]) is type(want["x"]), f"cache gives {got['x']!r}, decoding gives {want['x']!r}"
 
 
+@pytest.mark.parametrize("field_type,value", [
+    (["null", "int", "double"], 2**31), (["null", "int", "double"], -(2**31) - 1),
+    (["null", "long", "double"], 2**63), (["null", "long", "double"], 2**70),
+])
+def test_an_int_too_large_for_its_union_branch_is_not_remembered_as_an_int(field_type: Any, value: int) -> None:
+    """Too large for the int (or long) branch, an int is written into the double branch and
+    decodes as a float: the cache must not hand out the int (found by an adversarial review)."""
+    schema = _flat("L", field_type)
+    cache = RecordCache(lambda d: _dec(schema, d), [_Entity("l", schema)])
+    written = {"id": "k", "x": value}
+    data = _enc(schema, written)
+    cache.wrote("l", data, written, b"l/k")
+    got, want = cache.read(data, b"l/k")["x"], _dec(schema, data)["x"]
+    assert type(want) is float
+    assert type(got) is float and got == want
+
+
 @pytest.mark.parametrize("field_type,values", [
     ("double", [1.5, -0.0, math.inf, math.nan, 1e308]),
     (["null", "long"], [None, 1, -(1 << 63), (1 << 63) - 1]),
