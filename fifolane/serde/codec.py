@@ -162,7 +162,7 @@ class AvroCodec:
         except KeyError:
             fast = self._readers[writer.fingerprint] = (
                 compile_reader(writer.schema) if writer.reader is None else None)
-        if fast is not None:
+        if fast is not None and type(data) is bytes:  # bytearray, memoryview: fastavro
             found = fast(data, offset)  # None: not sure, fastavro decides (or names the error)
             if found is not None:
                 entity = writer.entity
