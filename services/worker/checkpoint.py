@@ -93,7 +93,7 @@ class Checkpoint:
         self.sources: dict[str, Source] = {}
         self.is_open = False
         self._bisection = Bisection(producer)
-        self._count = 0  # input records taken into the open transaction
+        self.taken = 0  # input records taken into the open transaction
         #: per (topic, partition) of the commit under way: (offset committed, position)
         self._points: dict[tuple[str, int], tuple[int, int]] = {}
         self._last: tuple[str, int, int] | None = None
@@ -138,7 +138,7 @@ class Checkpoint:
             if self.eos:
                 self.producer.begin()
             self.is_open = True
-            self._count = 0
+            self.taken = 0
             self._last = None
 
     def produce(self, topic: str, value: bytes | str | None, key: bytes | str | None,
@@ -154,7 +154,7 @@ class Checkpoint:
     def consumed(self, topic: str, partition: int, offset: int) -> None:
         """An input record was taken into the open transaction."""
         self.sources[topic].next[partition] = offset + 1
-        self._count += 1
+        self.taken += 1
         self._last = (topic, partition, offset)
 
     def consumed_batch(self, topic: str, nexts: dict[int, int], count: int,
@@ -164,13 +164,13 @@ class Checkpoint:
         for p, n in nexts.items():
             if n > mine.get(p, -1):
                 mine[p] = n
-        self._count += count
+        self.taken += count
         if last is not None:
             self._last = last
 
     def room(self) -> int | None:
         """How many more input records this transaction may take (None: no limit)."""
-        return self._bisection.room(self._count)
+        return self._bisection.room(self.taken)
 
     def poison_of(self, topic: str, partition: int, offset: int) -> str | None:
         """Why Kafka refused what this input record produced, if it did: then the worker
@@ -284,7 +284,7 @@ class Checkpoint:
         self._points = {}
         self.is_open = False
         self._failures = 0
-        self._count = 0
+        self.taken = 0
         self._bisection.committed()
         self.stats.committed()
 
@@ -317,7 +317,7 @@ class Checkpoint:
                     self._renew(abort_exc)
         outcome = self._resolve(in_doubt)
         self.is_open = False
-        count, self._count = self._count, 0
+        count, self.taken = self.taken, 0
         if outcome.committed:
             self._committed(prepared if prepared is not None else [s.prepare() for s in self._staged])
             return outcome

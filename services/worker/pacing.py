@@ -1,4 +1,15 @@
-"""Early sends: at low rates, a transaction's records leave while it still takes events in.
+"""Pacing: when a transaction sends its records, and when it commits, at low rates.
+
+Commits. The worker commits on its interval (spaced out further when commits are slow:
+services.worker.runtime), and sooner when it is *caught up*: every record taken and done,
+and the consumer has seen nothing beyond what it took (:func:`caught_up`, from the end
+offsets of its last fetches: no round trip). At low rates that is after nearly every batch,
+so commits run back to back and an event waits for about one commit, not for the interval;
+under load the consumer sees a backlog and commits keep to the interval, which is what
+throughput needs. A batch smaller than asked is not enough to tell: a worker draining a
+backlog gets partial batches too, whenever it outruns its fetches.
+
+Early sends. At low rates a transaction's records leave while it still takes events in.
 
 The producer lingers 20 ms to batch well at full speed (services.worker.clients). At low
 rates an exactly-once transaction then sends nearly all of its records at its commit's
@@ -12,10 +23,16 @@ consumer's queue is never empty, commits come from the interval, and nothing cha
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
-__all__ = ["EVERY_S", "EarlySend"]
+from confluent_kafka import TopicPartition
+
+from fifolane.errors import KafkaClientError
+
+__all__ = ["EVERY_S", "SLACK", "EarlySend", "caught_up", "settle_gc"]
 
 #: At most one early send per this many seconds.
 EVERY_S = 0.002
@@ -39,8 +56,47 @@ class EarlySend:
         """Whether to send now, after taking a batch of ``got`` records of ``asked``."""
         if not self.low_rate or got == 0 or got >= asked:
             return False
+        return self.due()
+
+    def due(self) -> bool:
+        """Whether the last early send is :attr:`every` ago (and this one is noted)."""
         now = self._clock()
         if now - self._last < self.every:
             return False
         self._last = now
         return True
+
+
+#: Records a partition may still have beyond what was taken and count as caught up: a
+#: transactional input ends each transaction with a marker the consumer never hands out.
+SLACK = 1
+
+
+def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int = 0) -> bool:
+    """Whether ``consumer`` (a WorkerConsumer) is at most ``allowed`` records (plus
+    :data:`SLACK` per partition) behind what it knows of ``topic`` on ``partitions``: its
+    position against the end offset of its last fetch (the last stable offset: the worker
+    reads committed). Unknown counts as behind."""
+    behind = 0
+    for p in partitions:
+        tp = TopicPartition(topic, p)
+        try:
+            _low, high = consumer.watermarks(tp, cached=True)
+            pos = consumer.position(tp)
+        except KafkaClientError:
+            return False
+        if high < 0 or pos < 0:
+            return False
+        behind += max(0, high - pos - SLACK)
+        if behind > allowed:
+            return False
+    return True
+
+
+def settle_gc() -> None:
+    """Keep start-up's objects (modules, schemas: as old as the process) out of the collector's
+    scans, and collect young objects less often (an event's containers are freed at once): the
+    collector's pauses hold the poll loop like a slow commit does."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)

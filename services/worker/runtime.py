@@ -19,7 +19,6 @@ partition up to its first unfinished event (window.py); docs/architecture.md fol
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -41,7 +40,7 @@ from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
-from services.worker.pacing import EarlySend
+from services.worker.pacing import EarlySend, caught_up, settle_gc
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
@@ -53,14 +52,6 @@ from services.worker.state import StoreManager
 __all__ = ["Worker", "load_app", "settle_gc"]
 
 log = logging.getLogger(__name__)
-
-
-def settle_gc() -> None:
-    """Keep start-up's objects (modules, schemas: as old as the process) out of the collector's
-    scans, and collect young objects less often (an event's containers are freed at once)."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
 
 
 class Worker:
@@ -217,7 +208,7 @@ class Worker:
             if not assignment.busy():  # partitions just became active
                 self.processing.resume_releases()
         sched = self.sched
-        got = 0
+        got, asked = 0, 1
         room = ckpt.room()
         if sched.queued < self._buffer_limit() and room != 0:
             # What the client has fetched already; when that is nothing and nothing else is
@@ -239,7 +230,7 @@ class Worker:
                     return
                 if first is not None:
                     msgs = [first, *consumer.consume(n - 1, timeout=0)] if n > 1 else [first]
-            got = len(msgs)
+            got, asked = len(msgs), n
             if got:
                 aborts = self.stats.aborts
                 self.take(msgs, n)
@@ -252,10 +243,14 @@ class Worker:
             return
         if time.monotonic() >= self._next_checkpoint or ckpt.room() == 0:
             self.checkpoint()
-        elif got == 0 and ckpt.is_open and ckpt.eos and sched.idle():
-            # Caught up: nothing waits, so committing now costs no throughput and makes
-            # the work visible without waiting for the interval.
-            self.checkpoint(idle=True)
+        elif got < asked and ckpt.is_open and sched.idle() and caught_up(
+                consumer, self.settings.input_topic, assignment.tables, ckpt.taken):
+            # Caught up (pacing.py): committing now costs no throughput and shows the work;
+            # at-least-once output is visible once sent, so it is sent (the commit can wait).
+            if ckpt.eos:
+                self.checkpoint(idle=True)
+            elif self._early.due():
+                ckpt.producer.flush(0.001)
 
     def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a

@@ -1,8 +1,14 @@
-"""services.worker.pacing.EarlySend: when a low-rate transaction sends its records early."""
+"""services.worker.pacing: when a low-rate transaction sends its records early, and when the
+worker is caught up with its input (then it commits without waiting for the interval)."""
 
 from __future__ import annotations
 
-from services.worker.pacing import EarlySend
+from typing import Any
+
+import pytest
+
+from fifolane.errors import KafkaRetriableError
+from services.worker.pacing import EarlySend, caught_up
 
 
 class Clock:
@@ -37,3 +43,50 @@ def test_a_low_rate_sends_partial_batches_at_most_every_interval() -> None:
     early.committed(idle=False)  # load rose: the interval committed, back to batching
     clock.now += 1.0
     assert not early.after_batch(3, 1000)
+
+
+class Ends:
+    """A WorkerConsumer's cached end offsets and positions, per partition of ``in``."""
+
+    def __init__(self, ends: dict[int, int], positions: dict[int, int]) -> None:
+        self.ends, self.positions = ends, positions
+        self.calls = 0
+
+    def watermarks(self, tp: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        assert cached  # from the last fetch, never a round trip
+        self.calls += 1
+        if self.ends.get(tp.partition) == "error":
+            raise KafkaRetriableError("no leader", code="LEADER_NOT_AVAILABLE", retriable=True)
+        return 0, self.ends[tp.partition]
+
+    def position(self, tp: Any) -> int:
+        return self.positions[tp.partition]
+
+
+def test_caught_up_compares_the_position_with_the_end_of_the_last_fetch() -> None:
+    consumer = Ends({0: 100, 1: 50}, {0: 100, 1: 50})
+    assert caught_up(consumer, "in", [0, 1])
+    consumer.positions[1] = 49  # a transaction marker ends the partition: still caught up
+    assert caught_up(consumer, "in", [0, 1])
+    consumer.positions[1] = 40  # ten fetched records not handed out yet
+    assert not caught_up(consumer, "in", [0, 1])
+    assert caught_up(consumer, "in", [0, 1], allowed=9)  # no more than the transaction holds
+    assert not caught_up(consumer, "in", [0, 1], allowed=8)
+
+
+def test_caught_up_sums_the_partitions_and_stops_at_the_first_backlog() -> None:
+    consumer = Ends({p: 1000 for p in range(6)}, {p: 995 for p in range(6)})  # 4 behind each
+    assert caught_up(consumer, "in", range(6), allowed=24)
+    assert not caught_up(consumer, "in", range(6), allowed=23)
+    consumer.positions = {0: 0, **{p: 1000 for p in range(1, 6)}}  # a backlog on the first
+    consumer.calls = 0
+    assert not caught_up(consumer, "in", range(6), allowed=100)
+    assert consumer.calls == 1
+
+
+@pytest.mark.parametrize(("end", "position"), [(-1001, 10), (10, -1001), ("error", 10)])
+def test_unknown_ends_or_positions_count_as_behind(end: Any, position: int) -> None:
+    """Before the first fetch the client knows no end offset (-1001); a client error: the
+    worker keeps to its interval rather than commit on a guess."""
+    assert not caught_up(Ends({0: end}, {0: position}), "in", [0])
+    assert caught_up(Ends({0: 10}, {0: 10}), "in", [])  # no partitions: nothing behind

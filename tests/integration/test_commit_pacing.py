@@ -1,0 +1,90 @@
+"""Commit pacing against real Kafka (services.worker.pacing): a worker caught up with a
+steady stream commits (exactly-once) or sends (at-least-once) as it goes, not on its
+interval; a backlog keeps to the interval. Set the interval to ten minutes, so that
+anything seen sooner came from pacing. The policy's cases with fake clients:
+tests/unit/test_worker_pacing.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka_fixtures import wait_until
+from worker_support import CATALOG, WorkerThread, read_table, reservation, send_events, wait_accounted
+
+from fifolane.config import Settings
+from fifolane.serde import make_codec
+
+pytestmark = pytest.mark.integration
+
+INTERVAL = 600.0
+
+
+def _committed(settings: Settings, group: str) -> int:
+    """The group's committed offsets on the input, summed (-1001, none, counts as 0)."""
+    c = Consumer(settings.kafka_config(**{"group.id": group, "enable.auto.commit": False}))
+    try:
+        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+        return sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: Any, guarantee: str) -> None:
+    """New reservations at ~300 events/s for 3 s: a fetch brings a few at a time, so the
+    consumer is seldom empty, but every batch leaves the worker caught up."""
+    batches, per_batch = 60, 15
+    sent: list[str] = []
+
+    codec = make_codec(settings, CATALOG)
+    out = Producer(settings.kafka_config(**{"enable.idempotence": True, "linger.ms": 1}))
+
+    def stream() -> None:
+        for b in range(batches):
+            for i in range(per_batch):
+                rid, flight = f"S{b}-{i}", f"F{i % 7}"
+                out.produce(settings.input_topic, codec.encode("reservation", reservation(rid, flight, 1)),
+                            flight.encode())
+                sent.append(rid)
+            out.poll(0)
+            time.sleep(0.05)
+        assert out.flush(30) == 0
+
+    with WorkerThread(settings, guarantee=guarantee, commit_interval=INTERVAL, concurrency=4) as w:
+        wait_until(lambda: w.worker.assigned_partitions != [], timeout=60, message="assigned")
+        producer = threading.Thread(target=stream, name="stream")
+        producer.start()
+        wait_until(lambda: w.stats.commits >= 1, timeout=60,
+                   message="no commit (the interval is 10 minutes)")
+        producer.join(120)
+        wait_accounted([w], len(sent), timeout=60)
+        commits = w.stats.commits
+    n = batches * per_batch
+    assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
+    # Exactly-once commits as it goes; at-least-once output is visible uncommitted, so its
+    # offsets wait for a pause of the input (the stream's end) or the interval.
+    assert commits >= (2 if guarantee == "exactly-once" else 1)
+    table = read_table(settings)
+    assert {k: v for k, (v, _r) in table.items()} == {f"reservation/{r}": 1 for r in sent}
+    if guarantee == "exactly-once":  # the offsets went with the transactions
+        assert _committed(settings, w.worker.group_id) == n
+
+
+def test_a_backlog_keeps_to_the_interval(settings: Settings, topics: Any) -> None:
+    """20,000 events produced before the worker starts: the consumer sees the backlog in its
+    first fetches, so partial batches on the way do not commit; the one commit comes when
+    the input runs dry (an idle input commits at once). Without the entity directory: its
+    topic would bring the 20,000 claims back for a second transaction."""
+    n = send_events(settings, [("reservation", reservation(f"B{i}", f"F{i % 50}", 1), "upsert")
+                               for i in range(20_000)])
+    with WorkerThread(settings, commit_interval=INTERVAL, concurrency=4, directory=False) as w:
+        wait_accounted([w], n, timeout=120)
+        commits = w.stats.commits
+    assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
+    assert commits == 1
+    assert _committed(settings, w.worker.group_id) == n
+    assert len(read_table(settings)) == n

@@ -1,0 +1,96 @@
+"""The worker's commits and sends by the rate of its input (services.worker.pacing), with fake
+clients: caught up with the input, exactly-once commits at once and at-least-once sends what
+its producer holds; behind (a backlog the consumer has seen), both keep to the interval. The
+same against real Kafka: tests/integration/test_commit_pacing.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_kafka import FakeClients
+from test_worker_guarantees import _msg, _state, _worker
+
+from services.worker.runtime import Worker
+
+
+def _ends(clients: FakeClients, ends: dict[int, int]) -> None:
+    """The consumer's cached end offsets; its position is after the last record handed out."""
+    consumer = clients.fake_consumer
+    handed: dict[int, int] = {0: 100, 1: 200}
+    real_consume = consumer.consume
+
+    def consume(n: int, timeout: float = 0) -> list[Any]:
+        batch = real_consume(n, timeout)
+        for m in batch:
+            handed[m.partition()] = m.offset() + 1
+        return batch
+
+    consumer.consume = consume  # type: ignore[method-assign]
+    consumer.watermarks = lambda tp, timeout=None, cached=False: (0, ends[tp.partition])  # type: ignore[method-assign]
+    consumer.position = lambda tp: handed[tp.partition]  # type: ignore[method-assign]
+
+
+def _flushes(clients: FakeClients) -> list[float]:
+    calls: list[float] = []
+    fake = clients.fake_producer
+
+    def flush(timeout: float) -> int:
+        calls.append(timeout)
+        return 0
+
+    fake.flush = flush  # type: ignore[method-assign]
+    return calls
+
+
+def _feed(w: Worker, clients: FakeClients, batches: list[list[Any]]) -> None:
+    for batch in batches:
+        clients.fake_consumer.batches.append(batch)
+        w.poll_once()
+
+
+def test_exactly_once_commits_each_batch_that_leaves_it_caught_up(tmp_path: Path) -> None:
+    """A steady low rate: every fetch brings a few records, so the consumer never comes back
+    empty, yet each batch leaves the worker at the end of what was fetched; it commits then,
+    not after the (here 10-minute) interval."""
+    w, clients = _worker(tmp_path, commit_interval=600.0)
+    _ends(clients, {0: 102, 1: 205})
+    _feed(w, clients, [[_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F0", 1)]])
+    # Partition 1 has 5 fetched records waiting: more than the 2 the transaction holds.
+    assert (w.stats.commits, clients.fake_producer.commits) == (0, 0)
+    _feed(w, clients, [[_msg(1, 200 + i, f"R{3 + i}", "F1", 1) for i in range(4)]])
+    # One left (with the slack of a transaction marker): caught up.
+    assert (w.stats.commits, clients.fake_producer.commits) == (1, 1)
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 102), ("in", 1, 204)]
+    assert sorted(k for k, _v in _state(clients)) == [f"reservation/R{i}".encode() for i in range(1, 7)]
+    w.calls.shutdown()
+
+
+def test_exactly_once_keeps_to_the_interval_while_a_backlog_waits(tmp_path: Path) -> None:
+    """Draining a backlog the batches can come back partial too (the worker outran its
+    fetches): the consumer has seen 10,000 more records, so no commit until the interval."""
+    w, clients = _worker(tmp_path, commit_interval=600.0)
+    _ends(clients, {0: 10_100, 1: 200})
+    _feed(w, clients, [[_msg(0, 100 + i, f"R{i}", "F0", 1)] for i in range(5)])
+    assert (w.stats.consumed, w.stats.commits, clients.fake_producer.commits) == (5, 0, 0)
+    w._next_checkpoint = 0.0  # the interval is up
+    _feed(w, clients, [[_msg(0, 105, "R5", "F0", 1)]])
+    assert (w.stats.commits, clients.fake_producer.commits) == (1, 1)
+    w.calls.shutdown()
+
+
+@pytest.mark.parametrize("behind", [False, True])
+def test_at_least_once_sends_at_once_when_caught_up_and_commits_on_the_interval(
+        tmp_path: Path, behind: bool) -> None:
+    """At-least-once output is visible once the broker has it: caught up, the worker pushes
+    out what its producer holds (instead of waiting for the producer's linger), and leaves
+    the offsets to the interval; behind, it sends nothing early."""
+    w, clients = _worker(tmp_path, guarantee="at-least-once", commit_interval=600.0)
+    _ends(clients, {0: 5_000 if behind else 101, 1: 200})
+    flushes = _flushes(clients)
+    _feed(w, clients, [[_msg(0, 100, "R1", "F0", 1)]])
+    assert w.stats.commits == 0
+    assert flushes == ([] if behind else [0.001])
+    assert [k for k, _v in _state(clients)] == [b"reservation/R1"]
+    w.calls.shutdown()
