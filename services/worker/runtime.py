@@ -13,8 +13,9 @@ The :class:`Worker` is the poll loop and the wiring; the parts it wires own thei
 One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an
 asyncio loop (async); their results come back through a queue and are applied on the poll
 thread, so every state change, output and notification is produced from one thread, in group
-order. Every ``commit_interval``, and as soon as the input goes idle, the worker commits each
-partition up to its first unfinished event (window.py); docs/architecture.md follows one event.
+order. Every ``commit_interval``, and as soon as it is caught up with its input (pacing.py),
+the worker commits each partition up to its first unfinished event (window.py);
+docs/architecture.md follows one event.
 """
 
 from __future__ import annotations
