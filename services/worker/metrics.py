@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRANSACTIONAL", "Stats", "serve_metrics", "update_lag"]
+__all__ = ["TRANSACTIONAL", "Stats", "lag_of", "serve_metrics", "update_lag"]
 
 
 #: Counters of what transactions did: an abort takes them back to the last commit (the
@@ -173,18 +173,25 @@ def serve_metrics(stats: Stats, port: int, addr: str = "127.0.0.1") -> int:
     return int(server.server_port)
 
 
-def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int]) -> None:
-    """Records behind the end per assigned partition (cached watermarks: no round trip)."""
+def lag_of(consumer: Any, topic: str, partition: int) -> int | None:
+    """Records of ``topic[partition]`` behind the end the consumer (a WorkerConsumer) last
+    fetched: cached watermarks, no round trip. None: not known (no fetch yet, a client error)."""
     from confluent_kafka import TopicPartition
 
     from fifolane.errors import KafkaClientError
 
+    tp = TopicPartition(topic, partition)
+    try:
+        _low, high = consumer.watermarks(tp, cached=True)
+        pos = consumer.position(tp)
+    except KafkaClientError:
+        return None
+    return int(high - pos) if high >= 0 and pos >= 0 else None
+
+
+def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int]) -> None:
+    """Records behind the end per assigned partition (:func:`lag_of`)."""
     for p in partitions:
-        tp = TopicPartition(topic, p)
-        try:
-            _low, high = consumer.watermarks(tp, cached=True)
-            pos = consumer.position(tp)
-        except KafkaClientError:
-            continue
-        if high >= 0 and pos >= 0:
-            stats.lag[p] = high - pos
+        lag = lag_of(consumer, topic, p)
+        if lag is not None:
+            stats.lag[p] = lag

@@ -28,9 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
-from fifolane.errors import KafkaClientError
+from services.worker.metrics import lag_of
 
 __all__ = ["EVERY_S", "SLACK", "EarlySend", "caught_up", "settle_gc"]
 
@@ -79,19 +77,13 @@ def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int
     reads committed). Unknown counts as behind."""
     behind = 0
     for p in partitions:
-        tp = TopicPartition(topic, p)
-        try:
-            _low, high = consumer.watermarks(tp, cached=True)
-            pos = consumer.position(tp)
-        except KafkaClientError:
+        lag = lag_of(consumer, topic, p)
+        if lag is None:
             return False
-        if high < 0 or pos < 0:
-            return False
-        behind += max(0, high - pos - SLACK)
+        behind += max(0, lag - SLACK)
         if behind > allowed:
             return False
     return True
-
 
 def settle_gc() -> None:
     """Keep start-up's objects (modules, schemas: as old as the process) out of the collector's
