@@ -6,7 +6,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -173,25 +173,32 @@ def serve_metrics(stats: Stats, port: int, addr: str = "127.0.0.1") -> int:
     return int(server.server_port)
 
 
-def lag_of(consumer: Any, topic: str, partition: int) -> int | None:
+def lag_of(consumer: Any, topic: str, partition: int, start: int | None = None) -> int | None:
     """Records of ``topic[partition]`` behind the end the consumer (a WorkerConsumer) last
-    fetched: cached watermarks, no round trip. None: not known (no fetch yet, a client error)."""
+    fetched: cached watermarks, no round trip. Until the partition hands out its first record
+    the client knows no position: then it is ``start`` (where consuming resumes: the committed
+    offset), or without one the start of the log (the worker reads from the earliest). None:
+    not known (no fetch yet, a client error)."""
     from confluent_kafka import TopicPartition
 
     from fifolane.errors import KafkaClientError
 
     tp = TopicPartition(topic, partition)
     try:
-        _low, high = consumer.watermarks(tp, cached=True)
+        low, high = consumer.watermarks(tp, cached=True)
         pos = consumer.position(tp)
     except KafkaClientError:
         return None
+    if pos < 0:
+        pos = start if start is not None else low
     return int(high - pos) if high >= 0 and pos >= 0 else None
 
 
-def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int]) -> None:
-    """Records behind the end per assigned partition (:func:`lag_of`)."""
+def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int],
+               starts: Mapping[int, int | None] | None = None) -> None:
+    """Records behind the end per assigned partition (:func:`lag_of`; ``starts``: the
+    committed offsets)."""
     for p in partitions:
-        lag = lag_of(consumer, topic, p)
+        lag = lag_of(consumer, topic, p, (starts or {}).get(p))
         if lag is not None:
             stats.lag[p] = lag

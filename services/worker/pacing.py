@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from services.worker.metrics import lag_of
@@ -70,14 +70,17 @@ class EarlySend:
 SLACK = 1
 
 
-def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int = 0) -> bool:
+def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int = 0,
+              starts: Mapping[int, int | None] | None = None) -> bool:
     """Whether ``consumer`` (a WorkerConsumer) is at most ``allowed`` records (plus
     :data:`SLACK` per partition) behind what it knows of ``topic`` on ``partitions``: its
     position against the end offset of its last fetch (the last stable offset: the worker
-    reads committed). Unknown counts as behind."""
+    reads committed). A partition that handed out nothing yet is at its entry in ``starts``
+    (the committed offset: services.worker.metrics.lag_of). Unknown counts as behind."""
+    starts = starts or {}
     behind = 0
     for p in partitions:
-        lag = lag_of(consumer, topic, p)
+        lag = lag_of(consumer, topic, p, starts.get(p))
         if lag is None:
             return False
         behind += max(0, lag - SLACK)

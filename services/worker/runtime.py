@@ -218,9 +218,8 @@ class Worker:
             n = 1000 if room is None else min(1000, room)
             msgs = consumer.consume(n, timeout=0)
             if not msgs and sched.idle():
-                if ckpt.is_open and ckpt.eos:
-                    # The input went idle (nothing fetched waits): commit now, so what was
-                    # taken is visible without waiting for the interval.
+                if ckpt.is_open and ckpt.eos and self._caught_up():
+                    # Idle (nothing fetched waits, pacing.py): commit now, not at the interval.
                     self.checkpoint(idle=True)
                     return
                 first = consumer.poll(0.1)
@@ -244,10 +243,8 @@ class Worker:
             return
         if time.monotonic() >= self._next_checkpoint or ckpt.room() == 0:
             self.checkpoint()
-        elif got < asked and ckpt.is_open and sched.idle() and caught_up(
-                consumer, self.settings.input_topic, assignment.tables, ckpt.taken):
-            # Caught up (pacing.py): committing now costs no throughput and shows the work;
-            # at-least-once output is visible once sent, so it is sent (the commit can wait).
+        elif got < asked and ckpt.is_open and sched.idle() and self._caught_up():
+            # Caught up (pacing.py): commit now; at-least-once output shows once sent: send it.
             if ckpt.eos:
                 self.checkpoint(idle=True)
             elif self._early.due():
@@ -264,6 +261,12 @@ class Worker:
                 self.ckpt.producer.flush(0.001)  # a low rate: send what is held now
         except KafkaClientError as exc:
             self._abort(exc)
+
+    def _caught_up(self) -> bool:
+        """Whether the input holds no more than the open transaction took (pacing.py)."""
+        assert self.ckpt is not None and self.assignment is not None
+        src = self.ckpt.add_source(self.settings.input_topic)  # where each partition resumes
+        return caught_up(self.consumer, src.topic, self.assignment.tables, self.ckpt.taken, src.base)
 
     def _buffer_limit(self) -> int:
         """How many events may wait in group queues (services.worker.limits.buffer_limit)."""

@@ -84,9 +84,24 @@ def test_caught_up_sums_the_partitions_and_stops_at_the_first_backlog() -> None:
     assert consumer.calls == 1
 
 
-@pytest.mark.parametrize(("end", "position"), [(-1001, 10), (10, -1001), ("error", 10)])
-def test_unknown_ends_or_positions_count_as_behind(end: Any, position: int) -> None:
+@pytest.mark.parametrize("end", [-1001, "error"])
+def test_unknown_ends_count_as_behind(end: Any) -> None:
     """Before the first fetch the client knows no end offset (-1001); a client error: the
     worker keeps to its interval rather than commit on a guess."""
-    assert not caught_up(Ends({0: end}, {0: position}), "in", [0])
+    assert not caught_up(Ends({0: end}, {0: 10}), "in", [0])
     assert caught_up(Ends({0: 10}, {0: 10}), "in", [])  # no partitions: nothing behind
+
+
+def test_a_partition_that_handed_out_nothing_is_where_it_resumes() -> None:
+    """The client has no position for a partition until it hands out a record of it (-1001):
+    a quiet partition, or any partition just after a restart. Its committed offset is where
+    it resumes; with nothing committed, the start of the log (the worker reads from the
+    earliest). Without this, one quiet partition kept the check false for good."""
+    low = Ends({0: 118, 1: 135}, {0: -1001, 1: 135})
+    low.watermarks = lambda tp, timeout=None, cached=False: (100, low.ends[tp.partition])  # type: ignore[method-assign]
+    assert caught_up(low, "in", [0, 1], starts={0: 118})  # committed at the end: quiet
+    assert caught_up(low, "in", [0, 1], starts={0: 117})  # one left: the marker's slack
+    assert not caught_up(low, "in", [0, 1], starts={0: 110})  # 8 fetched records wait
+    assert not caught_up(low, "in", [0, 1], starts={0: None})  # from the log start (100)
+    low.ends[0] = 100
+    assert caught_up(low, "in", [0, 1], starts={0: None})  # an empty partition
