@@ -218,7 +218,7 @@ class Worker:
             n = 1000 if room is None else min(1000, room)
             msgs = consumer.consume(n, timeout=0)
             if not msgs and sched.idle():
-                if ckpt.is_open and ckpt.eos and self._caught_up():
+                if ckpt.is_open and ckpt.eos:
                     # Idle (nothing fetched waits, pacing.py): commit now, not at the interval.
                     self.checkpoint(idle=True)
                     return

@@ -95,15 +95,16 @@ def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: An
 
 def test_a_backlog_keeps_to_the_interval(settings: Settings, topics: Any) -> None:
     """20,000 events produced before the worker starts: the consumer sees the backlog in its
-    first fetches, so partial batches on the way do not commit; the one commit comes when
-    the input runs dry (an idle input commits at once). Without the entity directory: its
-    topic would bring the 20,000 claims back for a second transaction."""
+    fetches, so partial batches on the way do not commit; the commit comes when the input
+    runs dry (an idle input commits at once). An empty fetch before every partition has
+    been fetched can count as idle once more. Without the entity directory: its topic would
+    bring the 20,000 claims back for another transaction."""
     n = send_events(settings, [("reservation", reservation(f"B{i}", f"F{i % 50}", 1), "upsert")
                                for i in range(20_000)])
     with WorkerThread(settings, commit_interval=INTERVAL, concurrency=4, directory=False) as w:
         wait_accounted([w], n, timeout=120)
         commits = w.stats.commits
     assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
-    assert commits == 1
+    assert 1 <= commits <= 2
     assert _committed(settings, w.worker.group_id) == n
     assert len(read_table(settings)) == n

@@ -80,19 +80,6 @@ def test_exactly_once_keeps_to_the_interval_while_a_backlog_waits(tmp_path: Path
     w.calls.shutdown()
 
 
-def test_an_empty_fetch_mid_backlog_does_not_commit(tmp_path: Path) -> None:
-    """The consumer's queue can run dry mid-backlog (the next fetch is on its way): that is no
-    idle input. The worker waits for the next record instead of committing."""
-    w, clients = _worker(tmp_path, commit_interval=600.0)
-    _ends(clients, {0: 10_100, 1: 200})
-    consumer = clients.fake_consumer
-    arriving = [_msg(0, 101, "R2", "F0", 1)]
-    consumer.poll = lambda timeout: arriving.pop(0) if arriving else None  # type: ignore[method-assign]
-    _feed(w, clients, [[_msg(0, 100, "R1", "F0", 1)], []])  # R1, then an empty consume: R2 arrives
-    assert (w.stats.consumed, w.stats.commits, clients.fake_producer.commits) == (2, 0, 0)
-    w.calls.shutdown()
-
-
 def test_a_partition_that_handed_out_nothing_does_not_hold_commits_back(tmp_path: Path) -> None:
     """Partition 1 has had no record since the worker took it (the client reports no
     position); it resumes at its committed offset, the end: the worker is caught up."""
