@@ -1,24 +1,27 @@
-"""Pacing: when a transaction sends its records, and when it commits, at low rates.
+"""Pacing: when the worker's records leave, and when it commits, at low rates.
 
 Commits. The worker commits on its interval (spaced out further when commits are slow:
-services.worker.runtime), and sooner when it is *caught up*: every record taken and done,
-and the consumer has seen nothing beyond what it took (:func:`caught_up`, from the end
-offsets of its last fetches: no round trip). At low rates that is after nearly every batch,
-so commits run back to back and an event waits for about one commit, not for the interval;
-under load the consumer sees a backlog and commits keep to the interval, which is what
-throughput needs. A batch smaller than asked is not enough to tell: a worker draining a
-backlog gets partial batches too, whenever it outruns its fetches.
+services.worker.runtime), and at once when its input goes idle (a fetch came back empty and
+nothing is in flight).
 
-Early sends. At low rates a transaction's records leave while it still takes events in.
+Early sends. The producer lingers 20 ms to batch well at full speed (services.worker.clients).
 
-The producer lingers 20 ms to batch well at full speed (services.worker.clients). At low
-rates an exactly-once transaction then sends nearly all of its records at its commit's
-flush, one request per partition, and every event of it waits for them. A worker whose
-last commit was an idle one (its input had gone quiet: services.worker.runtime) is at a low
-rate; there, each batch smaller than asked (the client had nothing more fetched) pushes
-what the producer holds out at once, at most every :data:`EVERY_S`. At full speed the
-consumer's queue is never empty, commits come from the interval, and nothing changes
-(benchmarks/README.md, "A warm broker").
+- At-least-once output is visible once the broker has it, so a low rate paid the linger in
+  full. When the worker is *caught up* after a batch (:func:`caught_up`: nothing in flight,
+  and its consumer has seen at most a few records beyond what it took, from the end offsets
+  of its last fetches: no round trip), it pushes out what the producer holds, at most every
+  :data:`EVERY_S`. A backlog is never caught up: at full speed nothing changes. (A batch
+  smaller than asked is not enough to tell: a worker draining a backlog gets partial
+  batches too, whenever it outruns its fetches.)
+- An exactly-once transaction's records would all wait for the commit's flush, one request
+  per partition, and every event of it for them. A worker whose last commit was an idle one
+  is at a low rate; there, each batch smaller than asked pushes the producer's records out
+  (:class:`EarlySend`). At full speed the consumer's queue is never empty, commits come from
+  the interval, and nothing changes (benchmarks/README.md, "A warm broker").
+
+Exactly-once does not commit when merely caught up (tried: benchmarks/README.md, "Commits
+when caught up"): the extra commits, and the entity directory's claims read back after
+each, cost the broker more than the events gained.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 from services.worker.metrics import lag_of
 
-__all__ = ["EVERY_S", "SLACK", "EarlySend", "caught_up", "settle_gc"]
+__all__ = ["EVERY_S", "SLACK", "SMALL", "EarlySend", "caught_up", "settle_gc"]
 
 #: At most one early send per this many seconds.
 EVERY_S = 0.002
@@ -68,6 +71,9 @@ class EarlySend:
 #: Records a partition may still have beyond what was taken and count as caught up: a
 #: transactional input ends each transaction with a marker the consumer never hands out.
 SLACK = 1
+#: At most this many records in all may wait and the worker still count as caught up (what
+#: arrives during a batch at a low rate); the end of a drained backlog is not a low rate.
+SMALL = 200
 
 
 def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int = 0,

@@ -13,9 +13,8 @@ The :class:`Worker` is the poll loop and the wiring; the parts it wires own thei
 One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an
 asyncio loop (async); their results come back through a queue and are applied on the poll
 thread, so every state change, output and notification is produced from one thread, in group
-order. Every ``commit_interval``, and as soon as it is caught up with its input (pacing.py),
-the worker commits each partition up to its first unfinished event (window.py);
-docs/architecture.md follows one event.
+order. Every ``commit_interval``, and as soon as the input goes idle, the worker commits each
+partition up to its first unfinished event (window.py); docs/architecture.md follows one event.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
-from services.worker.pacing import EarlySend, caught_up, settle_gc
+from services.worker.pacing import SMALL, EarlySend, caught_up, settle_gc
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
@@ -243,12 +242,9 @@ class Worker:
             return
         if time.monotonic() >= self._next_checkpoint or ckpt.room() == 0:
             self.checkpoint()
-        elif got < asked and ckpt.is_open and sched.idle() and self._caught_up():
-            # Caught up (pacing.py): commit now; at-least-once output shows once sent: send it.
-            if ckpt.eos:
-                self.checkpoint(idle=True)
-            elif self._early.due():
-                ckpt.producer.flush(0.001)
+        elif (not ckpt.eos and got < asked and ckpt.is_open and sched.idle() and self._caught_up()
+              and self._early.due()):
+            ckpt.producer.flush(0.001)  # caught up: at-least-once output shows once sent (pacing.py)
 
     def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a
@@ -263,10 +259,10 @@ class Worker:
             self._abort(exc)
 
     def _caught_up(self) -> bool:
-        """Whether the input holds no more than the open transaction took (pacing.py)."""
+        """Whether the input holds at most a few records beyond what was taken (pacing.py)."""
         assert self.ckpt is not None and self.assignment is not None
         src = self.ckpt.add_source(self.settings.input_topic)  # where each partition resumes
-        return caught_up(self.consumer, src.topic, self.assignment.tables, self.ckpt.taken, src.base)
+        return caught_up(self.consumer, src.topic, self.assignment.tables, min(self.ckpt.taken, SMALL), src.base)
 
     def _buffer_limit(self) -> int:
         """How many events may wait in group queues (services.worker.limits.buffer_limit)."""

@@ -1,7 +1,8 @@
-"""Commit pacing against real Kafka (services.worker.pacing): a worker caught up with a
-steady stream commits (exactly-once) or sends (at-least-once) as it goes, not on its
-interval; a backlog keeps to the interval. Set the interval to ten minutes, so that
-anything seen sooner came from pacing. The policy's cases with fake clients:
+"""Commit pacing against real Kafka (services.worker.pacing): with a steady stream the worker
+commits (exactly-once) whenever its input goes idle and sends (at-least-once) whenever it is
+caught up, not on its interval; a backlog keeps to the interval. The interval is ten
+minutes, so that anything seen sooner came from pacing. What is sent, committed and in the
+state is exact either way. The policy's cases with fake clients:
 tests/unit/test_worker_pacing.py."""
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ def _committed(settings: Settings, group: str) -> int:
 @pytest.mark.parametrize(("guarantee", "flights"), [("exactly-once", 7), ("exactly-once", 1), ("at-least-once", 7)])
 def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: Any, guarantee: str,
                                                   flights: int) -> None:
-    """New reservations at ~300 events/s for 3 s: a fetch brings a few at a time, so the
-    consumer is seldom empty, but every batch leaves the worker caught up. With one flight
+    """New reservations at ~300 events/s for 3 s, in bursts 50 ms apart. With one flight
     every event goes to one partition, after a first worker committed events on all of
     them: the restarted worker's client knows no position for the quiet partitions, and the
     worker counts them at their committed offsets."""
@@ -82,10 +82,10 @@ def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: An
         commits = w.stats.commits
     n = batches * per_batch
     assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
-    # Exactly-once commits as it goes: about once per burst (and once more for the entity
-    # directory's claims read back), ~115 here; waiting for pauses of the input it made 8.
-    # At-least-once output is visible uncommitted, so its offsets wait for a pause of the
-    # input (the stream's end) or the interval.
+    # Exactly-once commits whenever the input goes idle: about once per burst, and once more
+    # for the entity directory's claims read back (~115 here). At-least-once output is
+    # visible uncommitted, so its offsets wait for a pause of the input (the stream's end)
+    # or the interval.
     assert commits >= (batches // 2 if guarantee == "exactly-once" else 1)
     table = read_table(settings)
     assert {k: v for k, (v, _r) in table.items()} == {f"reservation/{r}": 1 for r in earlier + sent}
