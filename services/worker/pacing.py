@@ -94,6 +94,7 @@ def caught_up(consumer: Any, topic: str, partitions: Iterable[int], allowed: int
             return False
     return True
 
+
 def settle_gc() -> None:
     """Keep start-up's objects (modules, schemas: as old as the process) out of the collector's
     scans, and collect young objects less often (an event's containers are freed at once): the
