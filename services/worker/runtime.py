@@ -379,7 +379,8 @@ class Worker:
             return
         self._next_stats = now + 0.5
         if self.consumer is not None and self.assignment is not None:
-            update_lag(self.stats, self.consumer, self.settings.input_topic, self.assignment.tables)
+            starts = self.ckpt.add_source(self.settings.input_topic).base if self.ckpt is not None else None
+            update_lag(self.stats, self.consumer, self.settings.input_topic, self.assignment.tables, starts)
             self.stats.restore_progress = {
                 f"{t}[{p}]": [task.progress.done, task.progress.total]
                 for (t, p), task in self.assignment.restoring.items()}

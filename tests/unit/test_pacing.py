@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from fifolane.errors import KafkaRetriableError
+from services.worker.metrics import Stats, update_lag
 from services.worker.pacing import EarlySend, caught_up
 
 
@@ -105,3 +106,13 @@ def test_a_partition_that_handed_out_nothing_is_where_it_resumes() -> None:
     assert not caught_up(low, "in", [0, 1], starts={0: None})  # from the log start (100)
     low.ends[0] = 100
     assert caught_up(low, "in", [0, 1], starts={0: None})  # an empty partition
+
+
+def test_the_lag_metric_counts_a_quiet_partition_from_its_committed_offset() -> None:
+    """The worker's lag metric reads the same way as the caught-up check: a partition that
+    has handed out nothing since a restart is behind by what lies past its committed offset,
+    not by its whole log."""
+    consumer = Ends({0: 118, 1: 135}, {0: -1001, 1: 130})
+    stats = Stats(worker_id="w")
+    update_lag(stats, consumer, "in", [0, 1], {0: 118, 1: 100})
+    assert stats.lag == {0: 0, 1: 5}
