@@ -40,7 +40,7 @@ from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
-from services.worker.pacing import SMALL, EarlySend, caught_up, settle_gc
+from services.worker.pacing import PAUSE_S, SMALL, EarlySend, caught_up, settle_gc
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
@@ -221,10 +221,10 @@ class Worker:
                     # Idle (nothing fetched waits, pacing.py): commit now, not at the interval.
                     self.checkpoint(idle=True)
                     return
-                first = consumer.poll(0.1)
+                first = consumer.poll(PAUSE_S)
                 if first is None and ckpt.is_open:
                     # At-least-once output is visible uncommitted, so only a pause of the
-                    # input (100 ms with nothing) commits before the interval: not every gap.
+                    # input (PAUSE_S with nothing) commits before the interval: not every gap.
                     self.checkpoint()
                     return
                 if first is not None:
