@@ -71,6 +71,14 @@ def _assign_at_end(consumer: Consumer, topics: Sequence[str]) -> None:
     consumer.assign(starts)
 
 
+def timed(i: int, *, lead_in: int, sample_every: int) -> bool:
+    """Whether the ``i``-th paced record (after the warm-up) is timed by
+    :func:`measure_outputs`: every ``sample_every``-th of the lead-in (the onset) and of the
+    rest. A probe can make only those records visible on an output that selects (a
+    listener's notifications) and send fillers in between."""
+    return (i if i < lead_in else i - lead_in) % sample_every == 0
+
+
 def measure_outputs(bootstrap: str, input_topic: str, outputs: dict[str, tuple[str, Ident]],
                     records: Sequence[Record], *, rate: float, warm: int = 20, sample_every: int = 1,
                     lead_in: int = 0, timeout: float = 60.0) -> dict[str, dict[str, Any]]:
@@ -78,8 +86,9 @@ def measure_outputs(bootstrap: str, input_topic: str, outputs: dict[str, tuple[s
 
     ``outputs``: name -> (topic, ident). The first ``warm`` records are sent and awaited on
     every output before the clock starts (not measured). The next ``lead_in`` records start
-    the paced load: each is timed, as the onset. Of the rest, every ``sample_every``-th is
-    timed. Returns per output: sent, seen, p50/p90/p99/max (ms) and ``cdf``
+    the paced load: they are the onset. Of the onset and of the rest, every
+    ``sample_every``-th record is timed (:func:`timed`); the others need not show on every
+    output. Returns per output: sent, seen, p50/p90/p99/max (ms) and ``cdf``
     (:func:`cdf_points`) of the timed rest, and ``onset`` (sent, seen, p50/p99/max).
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-latency",
@@ -141,10 +150,8 @@ def measure_outputs(bootstrap: str, input_topic: str, outputs: dict[str, tuple[s
             time.sleep(pause)  # pacing: send what is due, then sleep to the next one
         due = min(n, int((time.monotonic() - t0) * rate) + 1)
         while i < due:
-            if i < lead_in:
-                onset[paced[i][0]] = time.time()
-            elif (i - lead_in) % sample_every == 0:
-                sent[paced[i][0]] = time.time()
+            if timed(i, lead_in=lead_in, sample_every=sample_every):
+                (onset if i < lead_in else sent)[paced[i][0]] = time.time()
             send(paced[i])
             i += 1
         producer.poll(0)

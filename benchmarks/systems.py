@@ -60,13 +60,17 @@ After = Callable[[dict[str, Any], Outputs, str], dict[str, Any]]
 PROBE_CUSTOMER = "probe"
 
 
-def probe_records(settings: Settings, tag: str, n: int, fmt: str) -> list[latency.Record]:
-    """``n`` new reservations (version 1, customer :data:`PROBE_CUSTOMER`) as probe events:
-    Avro (fifolane, Kafka Streams) or JSON (Quix Streams)."""
+def probe_records(settings: Settings, tag: str, n: int, fmt: str,
+                  probe: Callable[[int], bool] | None = None) -> list[latency.Record]:
+    """``n`` new reservations (version 1) as probe events: Avro (fifolane, Kafka Streams) or
+    JSON (Quix Streams). The customer is :data:`PROBE_CUSTOMER` for those whose index
+    ``probe`` accepts (all without it); the others keep the generator's customers, like the
+    drained events, which no probe listener selects."""
     codec = make_codec(settings, SchemaCatalog.load(settings.schemas_dir))
     out = []
-    for group, rid, _v, rec in events(n, entities=n, prefix=f"L{tag}-"):
-        rec["customer_id"] = PROBE_CUSTOMER
+    for i, (group, rid, _v, rec) in enumerate(events(n, entities=n, prefix=f"L{tag}-")):
+        if probe is None or probe(i):
+            rec["customer_id"] = PROBE_CUSTOMER
         value = codec.encode("reservation", rec) if fmt == "avro" else json.dumps(rec).encode()
         out.append((rid, group.encode(), value))
     return out

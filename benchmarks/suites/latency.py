@@ -5,19 +5,24 @@ a fresh input of N pre-produced events is drained first, which measures the syst
 maximum rate in this run; then, in the same process, new entities are sent at 10% and at
 50% of that rate, and a read_committed consumer notes when each is visible on every
 output: fifolane's state topic and its listener notifications (one listener registered,
-matching every probe event), Quix Streams' and Kafka Streams' output topics. The fifolane
+matching the timed events), Quix Streams' and Kafka Streams' output topics. The fifolane
 worker runs with that listener for the whole run (its maximum rate includes the listener).
 
 The probe warms its producer and the system's path first (:mod:`benchmarks.latency`), starts
 the paced load, and after a lead-in of :data:`LEAD_IN_S` (its events are timed on their own:
-the onset) times every ``k``-th event (k chosen for about 4,000 timed events per load). The
-CDFs go to ``latency.png`` (one panel per system).
+the onset) times every ``k``-th event (k chosen for about 4,000 timed events per load; every
+``k``-th of the lead-in too). Only the timed events match the listener: the others are new
+entities like the drained ones, which match none, so the load is the fraction of the
+maximum rate it says it is (with every event notifying, fifolane's "50% load" was twice what
+its worker could take: benchmarks/README.md, "Fillers between the timed events"). The CDFs
+go to ``latency.png`` (one panel per system).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks import latency
@@ -44,7 +49,7 @@ __all__ = ["LOADS", "LISTENER_FILTER", "run"]
 PARTITIONS = 6
 #: Offered load as a fraction of the system's maximum rate measured in the same run.
 LOADS = (0.1, 0.5)
-#: The one listener registered on fifolane: every probe event and nothing else. An indexed
+#: The one listener registered on fifolane: the timed probe events and nothing else. An indexed
 #: equality: a CEL filter's evaluations are timed against a 50 ms wall-clock budget, and on
 #: this shared 2-core machine a descheduled evaluation got the listener suspended.
 LISTENER_FILTER = f'value.customer_id == "{PROBE_CUSTOMER}"'
@@ -54,6 +59,8 @@ TIMED_PER_LOAD = 4000
 #: Seconds of paced load before the steady-state clock starts (benchmarks/latency.py: the
 #: onset is timed and reported on its own).
 LEAD_IN_S = 1.0
+#: Probe events sent and awaited on every output before the paced load (not timed).
+WARM = 20
 #: Targets of issue #16 at 10% load (ms): (guarantee, percentile) -> limit.
 TARGETS = {("EOS", "p50"): 40.0, ("EOS", "p99"): 150.0, ("ALO", "p99"): 60.0}
 SYSTEM_LABEL = {"fifolane": "fifolane", "quix": "Quix Streams", "kstreams": "Kafka Streams"}
@@ -61,6 +68,15 @@ SYSTEM_LABEL = {"fifolane": "fifolane", "quix": "Quix Streams", "kstreams": "Kaf
 
 def load_label(load: float) -> str:
     return f"{load * 100:.0f}%"
+
+
+def probes(lead_in: int, every: int) -> Callable[[int], bool]:
+    """Which of the probe's records (warm-up first) match the listener: the warm-up and the
+    timed ones (:func:`benchmarks.latency.timed`). The rest are fillers like the drained
+    events, so the paced load has the mix the maximum rate was measured on."""
+    def probe(i: int) -> bool:
+        return i < WARM or latency.timed(i - WARM, lead_in=lead_in, sample_every=every)
+    return probe
 
 
 def _load_probe(settings: Settings, fmt: str, duration: float, tag: str) -> After:
@@ -74,10 +90,12 @@ def _load_probe(settings: Settings, fmt: str, duration: float, tag: str) -> Afte
             rate = max(20.0, load * max_rate)
             count = int(min(rate * duration, MAX_PROBE_EVENTS))
             lead = int(rate * LEAD_IN_S)
-            recs = probe_records(settings, f"{tag}-{load * 100:.0f}", 20 + lead + count, fmt)
+            every = max(1, count // TIMED_PER_LOAD)
+            recs = probe_records(settings, f"{tag}-{load * 100:.0f}", WARM + lead + count, fmt,
+                                 probes(lead, every))
             loads[load_label(load)] = latency.measure_outputs(
-                settings.resolved_bootstrap(), input_topic, outputs, recs, rate=rate, warm=20,
-                lead_in=lead, sample_every=max(1, count // TIMED_PER_LOAD))
+                settings.resolved_bootstrap(), input_topic, outputs, recs, rate=rate, warm=WARM,
+                lead_in=lead, sample_every=every)
             time.sleep(1.0)  # let the system go idle between the loads
         return {"max_rate": max_rate, "loads": loads}
     return after
@@ -97,7 +115,9 @@ def run(bench: Bench) -> None:
     notes = [f"Each system drained {n:,} fresh pre-produced events (its maximum rate in this run), "
              f"then got new entities at {', '.join(load_label(x) for x in LOADS)} of that rate for "
              f"about {duration:.0f} s each (at most {MAX_PROBE_EVENTS:,} events), every k-th event "
-             f"timed (about {TIMED_PER_LOAD:,} per load).",
+             f"timed (about {TIMED_PER_LOAD:,} per load). Only the timed events match fifolane's "
+             "listener; the others are fillers like the drained events (which match none), so "
+             "the load has the mix the maximum rate was measured on.",
              "Latency = producer timestamp -> visible to a read_committed consumer (same process, "
              "one clock). The probe's producer and the system's path are warmed with 20 events "
              "first (a new idempotent producer waits ~500 ms for its producer id: that was the "
@@ -106,8 +126,8 @@ def run(bench: Bench) -> None:
              "paced load. A system idle until then sometimes took a few hundred ms to settle in its "
              "first second, which set the p99 of some runs and not of others; the events of that "
              "lead-in are timed too and reported as the onset (p99 and max).",
-             f"fifolane runs with one listener ({LISTENER_FILTER}): notifications are timed too, and "
-             "its maximum rate includes the listener. Quix Streams and Kafka Streams have one output.",
+             f"fifolane runs with one listener ({LISTENER_FILTER}): the timed events' notifications "
+             "are timed too, and its maximum rate includes the listener. Quix Streams and Kafka Streams have one output.",
              "The load generator and reader share the 2 cores with the system and the broker: at "
              "50% load they take a noticeable part of the CPU."]
     if env.python is None and not bench.quick:
