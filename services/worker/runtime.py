@@ -224,7 +224,7 @@ class Worker:
                 first = consumer.poll(PAUSE_S)
                 if first is None and ckpt.is_open:
                     # At-least-once output is visible uncommitted, so only a pause of the
-                    # input (PAUSE_S with nothing) commits before the interval: not every gap.
+                    # input (PAUSE_S with nothing) commits before the interval, not every empty fetch.
                     self.checkpoint()
                     return
                 if first is not None:
