@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_fixtures import consume_all, wait_until
 
 from fifolane.config import PROJECT_ROOT, Settings
@@ -25,7 +25,7 @@ from services.worker import App, WorkerOptions
 from services.worker.runtime import Worker
 
 __all__ = [
-    "WorkerProcess", "WorkerThread", "accounted", "read_dlq", "read_table", "reservation",
+    "WorkerProcess", "WorkerThread", "accounted", "committed_input", "read_dlq", "read_table", "reservation",
     "send_events", "wait_accounted",
 ]
 
@@ -66,6 +66,16 @@ def read_table(settings: Settings) -> dict[str, tuple[int, dict[str, Any] | None
     codec = make_codec(settings, CATALOG)
     return {key: (entry.version, entry.value)
             for key, entry in table_from(consume_all(settings, settings.state_topic), codec).items()}
+
+
+def committed_input(settings: Settings, group: str) -> int:
+    """A group's committed offsets on the input topic, summed (none committed counts as 0)."""
+    c = Consumer(settings.kafka_config(**{"group.id": group, "enable.auto.commit": False}))
+    try:
+        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
+        return sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
+    finally:
+        c.close()
 
 
 def read_dlq(settings: Settings) -> list[dict[str, Any]]:

@@ -12,9 +12,16 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from kafka_fixtures import wait_until
-from worker_support import CATALOG, WorkerThread, read_table, reservation, wait_accounted
+from worker_support import (
+    CATALOG,
+    WorkerThread,
+    committed_input,
+    read_table,
+    reservation,
+    wait_accounted,
+)
 
 from fifolane.config import Settings
 from fifolane.serde import make_codec
@@ -22,15 +29,6 @@ from services.worker import App, Event, GroupState
 from services.worker import kafka as wkafka
 
 pytestmark = pytest.mark.integration
-
-
-def _committed(settings: Settings, group: str) -> int:
-    c = Consumer(settings.kafka_config(**{"group.id": group, "enable.auto.commit": False}))
-    try:
-        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
-        return sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
-    finally:
-        c.close()
 
 
 def _stream(settings: Settings, w: WorkerThread, plan: list[tuple[int, float]], prefix: str,
@@ -95,7 +93,7 @@ def test_at_least_once_never_commits_an_unfinished_offset(settings: Settings, to
         assert (w.stats.processed, w.stats.dead_lettered) == (len(sent), 0)
     assert checked[0] > 0 and unfinished == []
     assert {k: v for k, (v, _r) in read_table(settings).items()} == {f"reservation/{r}": 1 for r in sent}
-    assert _committed(settings, w.worker.group_id) == len(sent)
+    assert committed_input(settings, w.worker.group_id) == len(sent)
 
 
 def test_an_idle_at_least_once_worker_commits_nothing(settings: Settings, topics: Any) -> None:
@@ -105,13 +103,13 @@ def test_an_idle_at_least_once_worker_commits_nothing(settings: Settings, topics
     with WorkerThread(settings, guarantee="at-least-once", commit_interval=600.0, concurrency=4) as w:
         _stream(settings, w, [(20, 0.0)], "I", sent)
         wait_accounted([w], len(sent), timeout=60)
-        wait_until(lambda: _committed(settings, w.worker.group_id) == len(sent), timeout=30,
+        wait_until(lambda: committed_input(settings, w.worker.group_id) == len(sent), timeout=30,
                    message="the pause after the burst committed its offsets")
         before = w.stats.commits
         time.sleep(1.5)  # idle: nothing may commit
         idle = w.stats.commits - before
         _stream(settings, w, [(1, 0.0)], "J", sent)
         wait_accounted([w], len(sent), timeout=60)
-        wait_until(lambda: _committed(settings, w.worker.group_id) == len(sent), timeout=30,
+        wait_until(lambda: committed_input(settings, w.worker.group_id) == len(sent), timeout=30,
                    message="the event after the idle stretch was committed (10-minute interval)")
     assert idle == 0

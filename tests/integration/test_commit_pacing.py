@@ -12,11 +12,12 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from kafka_fixtures import wait_until
 from worker_support import (
     CATALOG,
     WorkerThread,
+    committed_input,
     read_table,
     reservation,
     send_events,
@@ -30,16 +31,6 @@ from services.worker.pacing import PAUSE_S
 pytestmark = pytest.mark.integration
 
 INTERVAL = 600.0
-
-
-def _committed(settings: Settings, group: str) -> int:
-    """The group's committed offsets on the input, summed (-1001, none, counts as 0)."""
-    c = Consumer(settings.kafka_config(**{"group.id": group, "enable.auto.commit": False}))
-    try:
-        tps = [TopicPartition(settings.input_topic, p) for p in range(settings.partitions)]
-        return sum(max(0, tp.offset) for tp in c.committed(tps, timeout=10))
-    finally:
-        c.close()
 
 
 @pytest.mark.parametrize(("guarantee", "flights"), [("exactly-once", 7), ("exactly-once", 1), ("at-least-once", 7)])
@@ -91,7 +82,7 @@ def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: An
     assert commits >= batches // 2
     table = read_table(settings)
     assert {k: v for k, (v, _r) in table.items()} == {f"reservation/{r}": 1 for r in earlier + sent}
-    assert _committed(settings, w.worker.group_id) == len(earlier) + n
+    assert committed_input(settings, w.worker.group_id) == len(earlier) + n
 
 
 def test_a_backlog_keeps_to_the_interval(settings: Settings, topics: Any) -> None:
@@ -107,5 +98,5 @@ def test_a_backlog_keeps_to_the_interval(settings: Settings, topics: Any) -> Non
         commits = w.stats.commits
     assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
     assert 1 <= commits <= 2
-    assert _committed(settings, w.worker.group_id) == n
+    assert committed_input(settings, w.worker.group_id) == n
     assert len(read_table(settings)) == n
