@@ -56,7 +56,11 @@ def run(bench: Bench) -> None:
     """Pre-produce; then ``reps`` rounds of ceiling, fifolane ALO and EOS, Quix ALO and EOS
     over the same events (medians reported)."""
     started = time.monotonic()
-    n = bench.size(300_000, 100_000)  # quick: enough for more than one commit (rate needs two)
+    # 600,000: a drain is timed from its first commit to the one covering its last event, and
+    # over 300,000 events fifolane's window was ~1.5 s, about four 0.25 s commits, which alone
+    # spread its rounds by ~20% (benchmarks/README.md, "The plain loop's window").
+    # Quick: enough for more than one commit (a rate needs two).
+    n = bench.size(600_000, 100_000)
     reps = bench.size(3, 1)
     probe = {"count": bench.size(3000, 600), "rate": bench.size(500, 300)}
     base = bench.topic_set("stateful", PARTITIONS)
