@@ -44,7 +44,7 @@ def _stream(settings: Settings, w: WorkerThread, plan: list[tuple[int, float]], 
                         flight.encode())
             sent.append(rid)
         out.flush(5)
-        time.sleep(gap)
+        time.sleep(gap)  # the input's shape: a pause after each burst
     assert out.flush(30) == 0
 
 
@@ -62,7 +62,7 @@ def test_at_least_once_never_commits_an_unfinished_offset(settings: Settings, to
     def handle(event: Event, state: GroupState) -> None:
         with lock:
             pause = delays.uniform(0, 0.06)
-        time.sleep(pause)
+        time.sleep(pause)  # the handler's work
         assert event.value is not None
         state.put(event.type, event.value)
         with lock:
