@@ -22,13 +22,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from benchmarks import latency
 from benchmarks.events import events, produce_raw
@@ -45,6 +42,7 @@ from benchmarks.procs import (
 )
 from benchmarks.registrations import register
 from fifolane.config import Settings
+from fifolane.readers import read_to_end
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.topics import create_topic
 
@@ -220,24 +218,12 @@ def repeated_input(bench: Bench, base: Settings, total: int, times: int = CEILIN
     """A new topic set whose input holds the ``total`` records of ``base``'s input ``times``
     over (the same keys, values and partitions, in the same order per partition)."""
     rep = bench.topic_set(f"ceiling-x{times}", base.partitions)
-    consumer = Consumer({"bootstrap.servers": bench.bootstrap, "group.id": f"bench-copy-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(base.input_topic, p, OFFSET_BEGINNING) for p in range(base.partitions)])
-    records: list[tuple[bytes, bytes | None, Any]] = []
-    deadline = time.monotonic() + 120
-    bench.step(f"copying {total:,} input records x{times} for the plain loop", total * (times + 1))
-    try:
-        while len(records) < total:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"read {len(records):,} of {total:,} records of {base.input_topic}")
-            for msg in consumer.consume(10_000, timeout=1.0):
-                if msg.error() is None:
-                    records.append((msg.key() or b"", msg.value(), (msg.partition(), None)))
-            bench.advance(len(records))
-    finally:
-        consumer.close()
-    produce_raw(rep, rep.input_topic, (r for _ in range(times) for r in records[:total]),
-                on_progress=lambda c: bench.advance(total + c))
+    bench.step(f"copying {total:,} input records x{times} for the plain loop", total * times)
+    records = [(m.key() or b"", m.value(), (m.partition(), None))
+               for m in read_to_end(base, base.input_topic, timeout=120)]
+    if len(records) != total:
+        raise RuntimeError(f"{base.input_topic} holds {len(records):,} records, not {total:,}")
+    produce_raw(rep, rep.input_topic, (r for _ in range(times) for r in records), on_progress=bench.advance)
     return rep
 
 
