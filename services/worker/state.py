@@ -11,18 +11,21 @@ Layout of one partition's RocksDB (raw bytes keys):
                                  replays the changelog from m:changelog only if no tombstone
                                  written since could have been compacted away
 
-The group index serves ``GroupState.scan`` of app handlers; a worker without app handlers
-(only the built-in table handler) does not keep it, which saves a RocksDB write per new
-entity. A store kept without it is rebuilt from the changelog when an app needs it.
+The group index serves ``GroupState.scan`` of app handlers; a table-only worker does not
+keep it (a RocksDB write less per new entity), and rebuilds the store when an app needs it.
 
 Writes of the current checkpoint live in an in-memory overlay and reach RocksDB in one
 WriteBatch only after the Kafka transaction that carries them has committed. RocksDB is
 therefore never ahead of the changelog, and a crash needs no local undo: the restore on
 assignment replays the changelog from the stored offset.
 
-A restore of a store without a group index writes raw rows: the value as the changelog has
-it, version and group not read yet (reading them is most of a restore's time per record).
-They are read from the value the first time the row is read (:meth:`PartitionStore.unpack`),
+RocksDB's write-ahead log is off (as in Kafka Streams) unless query readers' secondaries
+read the store through it: the changelog is the log. A crash loses the writes since the last
+memtable flush; what survives is a prefix of the batches with its own ``m:changelog``, from
+which the restore replays the rest. A clean close flushes first.
+
+A restore of a store without a group index writes raw rows: the changelog's value, its
+version and group read only when the row is first read (:meth:`PartitionStore.unpack`),
 which most rows of a large table never are before their next write.
 """
 
@@ -35,6 +38,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import rocksdict
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteBufferManager
 
 from fifolane.errors import StateError
@@ -297,21 +301,20 @@ class StoreManager:
 
     def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64,
                  group_index: bool = True, read_value: ValueReader | None = None,
-                 marks: Callable[[int], int | None] | None = None) -> None:
+                 marks: Callable[[int], int | None] | None = None, wal: bool = False) -> None:
         self.root = state_dir / name
+        self._write = rocksdict.WriteOptions()  # the write-ahead log: see the module docstring
+        setattr(self._write, "disable_wal", not wal)  # noqa: B010 - a property, a method in the stubs
         #: partition -> the changelog's end now, for the restore marker (None: unknown now)
         self.marks = marks
-        #: called with a partition before its store closes (readers on other threads, such as
-        #: the query endpoint, let go of it first: a live snapshot keeps RocksDB's lock)
+        #: called with a partition before its store closes (a snapshot's reader lets go first)
         self.before_close: Callable[[int], None] | None = None
         self._next_marker = 0.0
         self.group_index = group_index
         self.read_value = read_value
         self.root.mkdir(parents=True, exist_ok=True)
         self._cache = Cache(cache_mb << 20)
-        self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(
-            write_buffer_mb << 20, False, self._cache
-        )
+        self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(write_buffer_mb << 20, False, self._cache)
         self.stores: dict[int, PartitionStore] = {}
 
     def _options(self) -> Options:
@@ -319,8 +322,7 @@ class StoreManager:
         opts.create_if_missing(True)
         table = BlockBasedOptions()
         table.set_block_cache(self._cache)
-        # Most lookups are the stale check of an event; for a new entity it misses, and the
-        # bloom filter answers a miss without reading index and data blocks (~2.5x faster).
+        # A new entity's stale check misses: the bloom filter answers without reading blocks (~2.5x faster).
         table.set_bloom_filter(10, False)
         opts.set_block_based_table_factory(table)
         opts.set_write_buffer_manager(self._wbm)
@@ -332,6 +334,7 @@ class StoreManager:
         if store is None:
             path = self.root / f"p{partition}"
             db = Rdict(str(path), self._options())
+            db.set_write_options(self._write)
             want = b"1" if self.group_index else b"0"
             store = PartitionStore(db, partition, path, self.group_index, self.read_value)
             # Stores written before the flag existed always kept the index.
@@ -340,8 +343,7 @@ class StoreManager:
                 log.info("partition %d: local state has no group index, rebuilding from the changelog", partition)
                 db.close()
                 shutil.rmtree(path, ignore_errors=True)
-                db = Rdict(str(path), self._options())
-                store = PartitionStore(db, partition, path, self.group_index, self.read_value)
+                return self.open(partition)  # empty now
             db.put(_META_GROUP_INDEX, want)
             self.stores[partition] = store
         return store
@@ -377,9 +379,8 @@ class StoreManager:
         refresh = self.marks is not None and now >= self._next_marker
         if refresh:
             self._next_marker = now + 30.0
-        # Only stores this checkpoint wrote to are marked: they are active. A store still being
-        # restored (by its thread, which also opens stores meanwhile: iterate a copy) holds
-        # only part of its changelog; its restore writes its own marker.
+        # Only stores this checkpoint wrote to are marked (active). A store being restored (its
+        # thread opens stores meanwhile: iterate a copy) writes its own marker.
         for p, store in list(self.stores.items()):
             batch = prepared.get(p)
             marker = None

@@ -1,6 +1,7 @@
 """A query reader's view of a store (services/worker/query/secondary.py): a RocksDB secondary
 instance answers only at a sequence the worker published, with that view's position, and
-never shows a commit before its view is published."""
+never shows a commit before its view is published. The stores keep RocksDB's write-ahead log
+(``wal=True``), as a worker with query readers does: a secondary catches up through it."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _commit(store: PartitionStore, rows: dict[bytes, Row]) -> None:
 
 
 def test_a_secondary_answers_only_at_published_views(tmp_path: Path) -> None:
-    stores = StoreManager(tmp_path / "state", "g", group_index=True)
+    stores = StoreManager(tmp_path / "state", "g", group_index=True, wal=True)
     store = stores.open(0)
     _commit(store, {b"reservation/A": Row(1, False, "F1", b"a1")})
     sec = _secondary(store, tmp_path / "sec")
@@ -102,7 +103,7 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
     """The worker flushes, writes and flushes again between two catch-ups: the rows of that
     write are only in a table file. A bare RocksDB secondary then answers the older row of
     its memtable at the new sequence number; the Secondary opens the instance again."""
-    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    stores = StoreManager(tmp_path / "state", "g", group_index=False, wal=True)
     store = stores.open(0)
     sec = _secondary(store, tmp_path / "sec")
     try:
@@ -145,7 +146,7 @@ def test_a_missed_flush_compacted_out_of_level_0_is_found_too(tmp_path: Path) ->
     full memtable), writes A=v3, flushes again: level 0 reaches RocksDB's default trigger
     (4 files) and RocksDB compacts it on its own, so the next catch-up finds no new level-0
     file. (Flushes are called here; a worker's memtables flush when full.)"""
-    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    stores = StoreManager(tmp_path / "state", "g", group_index=False, wal=True)
     store = stores.open(0)
     sec = _secondary(store, tmp_path / "sec")
     pos = 0
@@ -185,7 +186,7 @@ def test_an_instance_that_fails_to_open_again_recovers(tmp_path: Path) -> None:
     """A reopen that fails once (too many open files, a table file deleted by a compaction
     meanwhile): the reads stay at the current view, and the instance opens at its next
     catch-up (it once kept its closed db, and every later read raised)."""
-    stores = StoreManager(tmp_path / "state", "g", group_index=False)
+    stores = StoreManager(tmp_path / "state", "g", group_index=False, wal=True)
     store = stores.open(0)
     opts = Options(raw_mode=True)
     opts.set_max_open_files(-1)
