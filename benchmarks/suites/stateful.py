@@ -5,7 +5,8 @@ every system reads it with its own consumer group and writes its own output topi
 
 - the ceiling loop (baseline, see :mod:`benchmarks.suites.ceiling`);
 - the fifolane worker (built-in table handler, RocksDB state, state-topic changelog),
-  at-least-once and exactly-once, no listeners;
+  at-least-once and exactly-once, no listeners; and exactly-once with ``--no-directory``
+  (no entity directory: entities never change group, as in the other systems; no target);
 - Quix Streams: JSON in, filter, per-key count in RocksDB state, JSON out, both guarantees;
 - Kafka Streams (``benchmarks/kstreams``, a JVM): the same table job on the same Avro
   input, exactly_once_v2 and at_least_once, as written naturally (RocksDB store with its
@@ -78,6 +79,9 @@ def run(bench: Bench) -> None:
              "raw/reps_events_per_s every run.",
              "fifolane runs the built-in table handler with no listeners registered (the "
              "listeners suite measures their cost).",
+             "The targets are the default worker's, with the entity directory (a claim per new "
+             "entity, so an entity may change group); 'EOS --no-directory' is the same worker "
+             "without it, entities fixed to their group as in Quix and Kafka Streams.",
              "Latency: a paced producer sends new entities to the running system; a read_committed "
              "consumer in the same process notes when each output becomes visible (fifolane: the "
              "state topic); measured in the last round (the latency suite measures it under "
@@ -87,7 +91,7 @@ def run(bench: Bench) -> None:
              "Every librdkafka consumer (plain loop, fifolane, Quix) runs with "
              "fetch.queue.backoff.ms=10 (benchmarks/README.md, 'Stable baselines')."]
     runs: dict[str, list[dict[str, Any]]] = {"ceiling": [], "fifolane_ALO": [], "fifolane_EOS": [],
-                                             "quix_ALO": [], "quix_EOS": []}
+                                             "fifolane_EOS_nodir": [], "quix_ALO": [], "quix_EOS": []}
     env = quix_python()
     if env.python is None:
         notes.append(f"Quix Streams not measured: {env.error}")
@@ -116,6 +120,11 @@ def run(bench: Bench) -> None:
             label = f"stateful-{_SHORT[g]}"
             after = fixed_probe(base, "avro", probe["count"], probe["rate"], tag=label) if last else None
             runs[f"fifolane_{_SHORT[g]}"].append(run_worker(bench, base, n, g, label=label, after=after))
+        # The same worker without the entity directory: what its claims cost (one per new
+        # entity, read back by the directory's owner). Quix and Kafka Streams have no group
+        # changes at all; the target rows above are the default worker's.
+        runs["fifolane_EOS_nodir"].append(run_worker(bench, base, n, "exactly-once", label="stateful-nodir",
+                                                     extra=["--no-directory"]))
         for g in GUARANTEES if env.python is not None else ():
             try:
                 after = fixed_probe(base, "json", probe["count"], probe["rate"],
@@ -171,6 +180,12 @@ def _metrics(raw: dict[str, Any]) -> list[Metric]:
         Metric("stateful", "fifolane table ALO vs Quix ALO", alo, "events/s", "Quix ALO", qalo,
                ">= 3x", None if not (alo and qalo) else alo / qalo >= 3),
     ]
+    nodir = _rate(raw, "fifolane_EOS_nodir")
+    if nodir is not None:
+        m += [Metric("stateful", "fifolane table EOS --no-directory", nodir, "events/s", "fifolane EOS", eos,
+                     note="entities never change group (what Quix and Kafka Streams do); no target"),
+              Metric("stateful", "fifolane table EOS --no-directory vs Quix EOS", nodir, "events/s",
+                     "Quix EOS", qeos)]
     for prefix, label in _KS_LABEL.items():
         for short, rate in (("EOS", eos), ("ALO", alo)):
             ks = _rate(raw, f"{prefix}_{short}")
