@@ -34,7 +34,7 @@ from services.worker.kafka import Record, map_error
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
-__all__ = ["Restore", "RowReader", "restore_partition"]
+__all__ = ["Restore", "RowReader", "outdated", "restore_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,20 @@ class Progress:
 
     done: int = 0
     total: int = 0
+
+
+def outdated(store: PartitionStore, low: int, tombstone_retention_ms: int | None) -> str | None:
+    """Why the local state of a store cannot be brought up to its changelog by replaying
+    from its own offset (None: it can), given the changelog's start ``low``; see the module
+    docstring. The standbys (services/worker/query/standby.py) follow the same rule."""
+    if store.changelog_offset < low:
+        return "local state predates the changelog start"
+    written = store.written_at_ms
+    if (tombstone_retention_ms is not None and not store.is_empty()
+            and (written is None or time.time() * 1000 - written > tombstone_retention_ms / 2)):
+        return (f"local state is older than half the tombstone retention ({tombstone_retention_ms} ms): "
+                "deletes made since may be compacted away")
+    return None
 
 
 def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, stores: StoreManager,
@@ -93,16 +107,9 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
         if until is not None:
             high = min(high, until)
         start = store.changelog_offset
-        written = store.written_at_ms
-        if start < low:
-            log.info("%s[%d]: local state predates the changelog start, rebuilding", topic, partition)
-            store = stores.wipe(partition)
-            start = low
-        elif (tombstone_retention_ms is not None and not store.is_empty()
-              and (written is None or time.time() * 1000 - written > tombstone_retention_ms / 2)):
-            log.info("%s[%d]: local state is older than half the tombstone retention (%d ms): "
-                     "deletes made since may be compacted away, rebuilding", topic, partition,
-                     tombstone_retention_ms)
+        why = outdated(store, low, tombstone_retention_ms)
+        if why is not None:
+            log.info("%s[%d]: %s, rebuilding", topic, partition, why)
             store = stores.wipe(partition)
             start = low
         if start >= high:

@@ -167,7 +167,8 @@ class QueryService:
                                      state_dir=worker.stores.root.parent, store_name=worker.stores.root.name,
                                      group_index=worker.stores.group_index,
                                      read_value=worker.stores.read_value, read_state=worker._read_state,
-                                     views=self.standby_views)
+                                     views=self.standby_views,
+                                     tombstone_retention_ms=lambda: worker._retention_ms)
             self.roster.on_change(self.standbys.place)
         worker.stores.before_close = self._closing
         if worker._dir_stores is not None:

@@ -9,7 +9,9 @@ it: rows plus the changelog position and the freshness marker in one batch
 (:meth:`services.worker.state.PartitionStore.restore_batch`). So when the partition is
 assigned to this worker its restore starts at the standby's position and replays only the
 tail; the marker is refreshed while the standby is caught up, so the restore does not take
-the copy for an old one and wipe it.
+the copy for an old one and wipe it. A store found there from earlier (this worker owned or
+followed the partition before) is first judged by the restore's rule
+(:func:`services.worker.restore.outdated`) and rebuilt if it could miss deletes.
 
 Hand-over: :meth:`Standbys.release` runs on the poll thread when the partition is assigned,
 before its restore starts: it waits for the batch being applied, withdraws the stale view,
@@ -29,11 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from fifolane.serde.state_records import StateRecord
 from services.worker.query.members import Routing
 from services.worker.query.views import Views, view_of
+from services.worker.restore import outdated
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
 __all__ = ["Standbys"]
@@ -54,8 +57,11 @@ class Standbys:
     def __init__(self, kafka_conf: dict[str, Any], *, worker_id: str, state_topic: str,
                  state_dir: Path, store_name: str, group_index: bool,
                  read_value: Callable[[bytes], tuple[int, str] | None] | None,
-                 read_state: ReadState, views: Views) -> None:
+                 read_state: ReadState, views: Views,
+                 tombstone_retention_ms: Callable[[], int | None] = lambda: None) -> None:
         self._conf = kafka_conf
+        #: the state topic's delete.retention.ms (known once the worker has connected)
+        self._retention = tombstone_retention_ms
         self._me = worker_id
         self._topic = state_topic
         self._stores = StoreManager(state_dir, store_name, cache_mb=16, write_buffer_mb=16,
@@ -141,12 +147,24 @@ class Standbys:
         """Open stores for new standbys, drop the ones given up; (re)assign the consumer."""
         assert self._consumer is not None
         with self._lock:
+            new = self._want - set(self._following)
+        lows = self._starts(new)  # before the lock: the poll thread's release() waits for it
+        with self._lock:
             for p in list(self._following):
                 if p not in self._want:
                     self._close(p)
             for p in self._want - set(self._following):
+                if p not in lows:
+                    continue  # its changelog's start is not known yet: next turn
                 try:
                     store = self._stores.open(p)
+                    # A store kept from earlier (this worker owned the partition, or followed it)
+                    # is rebuilt by the rule of an owner's restore: deletes it missed may be
+                    # compacted away, and a standby's refreshed marker would hide its age.
+                    why = outdated(store, lows[p], self._retention())
+                    if why is not None:
+                        log.info("standby of partition %d: %s, rebuilding", p, why)
+                        store = self._stores.wipe(p)
                 except Exception as exc:  # noqa: BLE001 - the owner may still hold it: next turn
                     log.info("standby of partition %d not opened yet: %s", p, exc)
                     continue
@@ -158,6 +176,17 @@ class Standbys:
             self._assigned = set(following)
             if following:
                 log.info("standby of %s partitions %s", self._topic, sorted(following))
+
+    def _starts(self, partitions: set[int]) -> dict[int, int]:
+        """The state topic's first offset in each partition (those it could ask now)."""
+        assert self._consumer is not None
+        out = {}
+        for p in partitions:
+            try:
+                out[p] = self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=10)[0]
+            except KafkaException as exc:
+                log.info("standby of partition %d: changelog start not known now: %s", p, exc)
+        return out
 
     def _step(self) -> None:
         assert self._consumer is not None
