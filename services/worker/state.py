@@ -32,7 +32,6 @@ which most rows of a large table never are before their next write.
 from __future__ import annotations
 
 import logging
-import shutil
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -56,6 +55,7 @@ from services.worker.rows import (
     Row,
     index_key,
 )
+from services.worker.storedirs import drop
 
 __all__ = [
     "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
@@ -342,7 +342,7 @@ class StoreManager:
             if kept != want and self.group_index:
                 log.info("partition %d: local state has no group index, rebuilding from the changelog", partition)
                 db.close()
-                shutil.rmtree(path, ignore_errors=True)
+                drop(path)
                 return self.open(partition)  # empty now
             db.put(_META_GROUP_INDEX, want)
             self.stores[partition] = store
@@ -359,7 +359,7 @@ class StoreManager:
     def wipe(self, partition: int) -> PartitionStore:
         """Drop a partition's local state (it no longer matches the changelog) and reopen."""
         self.close(partition)
-        shutil.rmtree(self.root / f"p{partition}", ignore_errors=True)
+        drop(self.root / f"p{partition}")
         return self.open(partition)
 
     # -- a checkpoint's staged state (services.worker.checkpoint.Staged) -------------------
