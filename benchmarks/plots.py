@@ -112,7 +112,8 @@ def plots_from_results(results_dir: Path, results: dict[str, dict[str, Any]]) ->
         raw = stateful["raw"]
         rates = {"ceiling loop": raw["ceiling"]["events_per_s"]}
         for key, label in (("fifolane_ALO", "fifolane ALO"), ("fifolane_EOS", "fifolane EOS"),
-                           ("fifolane_EOS_nodir", "fifolane EOS, no directory"), ("quix_ALO", "Quix ALO"), ("quix_EOS", "Quix EOS"),
+                           ("fifolane_EOS_nodir", "fifolane EOS\n(no dir.)"),
+                           ("quix_ALO", "Quix ALO"), ("quix_EOS", "Quix EOS"),
                            ("kstreams_ALO", "KStreams ALO"), ("kstreams_EOS", "KStreams EOS"),
                            ("kstreams1w_ALO", "KStreams 1w ALO"), ("kstreams1w_EOS", "KStreams 1w EOS")):
             if key in raw:
