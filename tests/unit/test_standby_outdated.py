@@ -13,6 +13,7 @@ Kafka consumer is a small fake (only the changelog's start is asked).
 
 from __future__ import annotations
 
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,14 @@ class _Consumer:
         self.assigned = [(tp.partition, tp.offset) for tp in tps]
 
 
-def _old_store(root: Path) -> None:
-    """Partition 0's store as a worker left it: entity E alive, changelog offset 5."""
+def _old_store(root: Path, written_at_ms: int | None = None) -> None:
+    """Partition 0's store as a worker left it: entity E alive, changelog offset 5, last
+    written at ``written_at_ms`` (its ``m:written-at``, services/worker/state.py; None: now)."""
     stores = StoreManager(root, "g", group_index=False)
-    stores.open(0).restore_batch([(b"reservation/E", 1, False, "F1", b"v")], 5)
+    store = stores.open(0)
+    store.restore_batch([(b"reservation/E", 1, False, "F1", b"v")], 5)
+    if written_at_ms is not None:
+        store.db.put(b"m:written-at", struct.pack(">q", written_at_ms))
     stores.close_all()
 
 
@@ -55,13 +60,12 @@ def _follow(root: Path, *, low: int, retention_ms: int | None) -> tuple[Standbys
 
 
 @pytest.mark.parametrize(("low", "retention_ms", "why"), [
-    (0, 1, "older than half the tombstone retention"),
+    (0, 86_400_000, "older than half the tombstone retention"),
     (7, None, "its offset lies before the changelog's start"),
 ])
 def test_an_outdated_store_is_rebuilt_before_a_standby_follows_it(tmp_path: Path, low: int,
                                                                   retention_ms: int | None, why: str) -> None:
-    _old_store(tmp_path)
-    time.sleep(0.01)  # older than half of 1 ms
+    _old_store(tmp_path, written_at_ms=int(time.time() * 1000) - 86_400_000)  # a day ago
     standbys, consumer = _follow(tmp_path, low=low, retention_ms=retention_ms)
     try:
         store = standbys._stores.stores[0]
