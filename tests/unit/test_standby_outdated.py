@@ -48,11 +48,13 @@ def _old_store(root: Path, written_at_ms: int | None = None) -> None:
     stores.close_all()
 
 
-def _follow(root: Path, *, low: int, retention_ms: int | None) -> tuple[Standbys, _Consumer]:
+def _follow(root: Path, *, low: int, retention_ms: int | None,
+            consumer: _Consumer | None = None) -> tuple[Standbys, _Consumer]:
+    """A standby of partition 0 after its first turn of opening stores."""
     standbys = Standbys({}, worker_id="w", state_topic="state", state_dir=root, store_name="g",
                         group_index=False, read_value=None, read_state=lambda value, headers: None,
                         views=Views(), tombstone_retention_ms=lambda: retention_ms)
-    consumer = _Consumer(low)
+    consumer = consumer or _Consumer(low)
     standbys._consumer = consumer  # type: ignore[assignment]
     standbys._want = {0}
     standbys._sync_assignment()
@@ -95,13 +97,8 @@ def test_an_unknown_changelog_start_waits_for_the_next_turn(tmp_path: Path) -> N
 
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
 
-    standbys = Standbys({}, worker_id="w", state_topic="state", state_dir=tmp_path, store_name="g",
-                        group_index=False, read_value=None, read_state=lambda value, headers: None,
-                        views=Views(), tombstone_retention_ms=lambda: 1)
-    standbys._consumer = Unreachable(0)  # type: ignore[assignment]
-    standbys._want = {0}
+    standbys, _ = _follow(tmp_path, low=0, retention_ms=1, consumer=Unreachable(0))
     try:
-        standbys._sync_assignment()
         assert standbys.following() == []  # nothing opened, nothing wiped yet
     finally:
         standbys.stop()
