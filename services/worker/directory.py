@@ -49,6 +49,7 @@ __all__ = [
     "CONTROL_HEADER",
     "MOVE_OUT",
     "Claim",
+    "ClaimSender",
     "DirectoryApplier",
     "MoveOut",
     "claim_value",
@@ -67,6 +68,7 @@ MOVE_OUT = b"move-out"
 _CLAIM = struct.Struct(">qBi")  # version, flags, partition; then the group, UTF-8
 _DELETED = 1
 _PARTITION = struct.Struct(">i")
+_VERSION_FLAGS = struct.Struct(">qB")  # a claim's first fields (then its partition)
 
 #: Produce a record: topic, value, key, partition, headers.
 Produce = Callable[..., None]
@@ -130,6 +132,21 @@ def _claim_of(row: Row) -> Claim:
     return _new_claim(Claim, (row.group, partition, row.version, row.deleted))
 
 
+class ClaimSender:
+    """Sends claims (step 1 of the module docstring) in the open transaction: called as
+    ``(partition, entity key, group, version, deleted)`` for every entity that appears in a
+    partition (half the events of a stream of new entities, so compiled, not a closure)."""
+
+    def __init__(self, topic: str, produce: Produce, stats: Stats) -> None:
+        self._topic = topic
+        self._produce = produce
+        self._stats = stats
+
+    def __call__(self, partition: int, ekey: bytes, group: str, version: int, deleted: bool) -> None:
+        self._produce(self._topic, claim_value(group, partition, version, deleted), ekey)
+        self._stats.claims_sent += 1
+
+
 class MoveOut(NamedTuple):
     """A move-out: the entity ``key`` (``<type>/<key>``) must leave group ``group`` unless its
     copy there beats the winner: the copy in ``to_group`` at ``version`` (deleted there if
@@ -173,14 +190,32 @@ class DirectoryApplier:
         self._input = input_topic
         self._produce = produce
         self.stats = stats
+        # Staging a write is setting its row (no group index in a directory store).
+        self._overlay = None if store.group_index else store.overlay
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
+        if not key or value is None or len(value) < _CLAIM.size:
+            log.warning("directory %s[%d]: ignoring a record that is not a claim", self._topic, self.partition)
+            return
+        row = self.store.get(key)
+        if row is None and self._overlay is not None:
+            # The common case, an entity the directory has not seen: the claim wins as it is
+            # (its partition field is the row's value: both are ">i"), with no Claim built.
+            try:
+                group = value[_CLAIM.size :].decode()
+            except UnicodeDecodeError:
+                group = None
+            if group is not None:
+                self.stats.claims += 1
+                version, flags = _VERSION_FLAGS.unpack_from(value)
+                self._overlay[key] = Row(version, bool(flags & _DELETED), group,
+                                         value[_VERSION_FLAGS.size : _CLAIM.size])
+                return
         claim = read_claim(value)
-        if claim is None or not key:
+        if claim is None:
             log.warning("directory %s[%d]: ignoring a record that is not a claim", self._topic, self.partition)
             return
         self.stats.claims += 1
-        row = self.store.get(key)
         cur = None if row is None else _claim_of(row)
         if cur == claim:
             return  # the winner written again (or a repeated claim)

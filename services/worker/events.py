@@ -45,7 +45,7 @@ class Processing:
     def __init__(self, *, app: App, codec: Any, topics: Topics, state_topic: str, dlq_topic: str,
                  worker_id: str, ckpt: Checkpoint, tables: Mapping[int, TableApplier],
                  directories: Mapping[int, DirectoryApplier], sched: GroupScheduler[Event],
-                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim,
+                 calls: HandlerCalls, limits: Limits, stats: Stats, claim: Claim | None,
                  parking: Parking | None = None, park_failures: bool = False) -> None:
         self.app = app
         self.codec = codec
@@ -225,11 +225,15 @@ class Processing:
 
     def _move_out(self, table: TableApplier, event: Event) -> None:
         assert event.value is not None
+        claim = self._claim  # None: a worker run --no-directory meets a directory's move-out
+
+        def claim_here(ekey: bytes, group: str, version: int, deleted: bool) -> None:
+            if claim is not None:
+                claim(event.partition, ekey, group, version, deleted)
+
         move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
                        bool(event.value["to_deleted"]))
-        removed = move_out(table, move, event.partition, event.offset, event.timestamp,
-                           lambda ekey, group, version, deleted: self._claim(
-                               event.partition, ekey, group, version, deleted))
+        removed = move_out(table, move, event.partition, event.offset, event.timestamp, claim_here)
         self.stats.processed += 1
         self.stats.moves_applied += int(removed)
 

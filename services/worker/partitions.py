@@ -22,7 +22,7 @@ from fifolane.serde.state_records import StateRecord
 from services.worker.assignment import Topics
 from services.worker.checkpoint import Checkpoint
 from services.worker.clients import KafkaClients
-from services.worker.directory import DirectoryApplier, claim_value, restored_row
+from services.worker.directory import ClaimSender, DirectoryApplier, restored_row
 from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
@@ -61,6 +61,8 @@ class PartitionParts:
         self._wait = wait_open_txn_s
         self._retention = tombstone_retention_ms
         self._parked: dict[int, dict[str, Parked]] = {}  # read by a restore, not loaded yet
+        #: tell the entity directory where an entity lives (in the open transaction)
+        self.claim = ClaimSender(topics.directory, ckpt.produce, stats) if topics.directory else None
 
     def restore(self, topic: str, p: int) -> Restore:
         make = self._clients.restore_consumer
@@ -87,22 +89,15 @@ class PartitionParts:
     def make_table(self, p: int) -> TableApplier:
         if self._parking is not None:
             self._parking.load(p, self._parked.pop(p, {}))
-        claim = self.claim if self._topics.directory else None
         state = self._settings.state_topic
         return TableApplier(self._stores.stores[p], self._ckpt.producer, state_topic=state,
                             room=self._limits.room(state), stats=self._stats, sink=self._sink,
-                            claim=claim, state_headers=self._settings.state_headers)
+                            claim=self.claim, state_headers=self._settings.state_headers)
 
     def make_directory(self, p: int) -> DirectoryApplier:
         assert self._dir_stores is not None and self._topics.directory
         return DirectoryApplier(self._dir_stores.stores[p], self._topics.directory, self._topics.input,
                                 self._ckpt.produce, self._stats)
-
-    def claim(self, partition: int, ekey: bytes, group: str, version: int, deleted: bool) -> None:
-        """Tell the entity directory where an entity lives (in the open transaction)."""
-        assert self._topics.directory
-        self._ckpt.produce(self._topics.directory, claim_value(group, partition, version, deleted), ekey)
-        self._stats.claims_sent += 1
 
     def released(self, topic: str, partitions: list[int]) -> None:
         if topic == self._topics.input and self._parking is not None:
