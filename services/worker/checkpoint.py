@@ -54,8 +54,7 @@ log = logging.getLogger(__name__)
 #: gives up on it and aborts
 CALL_TIMEOUT = 30.0
 #: errors of a transaction whose offsets the consumer group refused: we missed a rebalance
-_GROUP_FENCING = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
-                            "REBALANCE_IN_PROGRESS"})
+_GROUP_FENCING = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID", "REBALANCE_IN_PROGRESS"})
 
 
 class Staged(Protocol):
@@ -147,7 +146,10 @@ class Checkpoint:
         if not self.is_open:
             self.open()
         try:  # the client's own produce (the per-notification path); if it cannot, the one
-            self.producer.send(topic, value, key, partition, headers=headers)  # that waits, maps
+            if headers is None:  # that waits, maps errors. Even headers=None costs 0.4 us (of 0.9).
+                self.producer.send(topic, value, key, partition)
+            else:
+                self.producer.send(topic, value, key, partition, headers=headers)
         except SEND_FAILED as exc:
             self.producer.produce(topic, value, key, partition, headers, full=type(exc) is BufferError)
 
@@ -238,8 +240,7 @@ class Checkpoint:
         return win is not None and offset in win.skip
 
     def skipping(self, topic: str) -> set[int]:
-        """The partitions that have replayed records to skip (the fast path leaves them to
-        the general path)."""
+        """Partitions with replayed records to skip (the fast path leaves them to the general path)."""
         src = self.sources.get(topic)
         return {p for p, w in src.windows.items() if w.skip} if src is not None else set()
 
