@@ -3,10 +3,13 @@
 The common case, a well-formed upsert for the built-in table handler whose group has nothing
 queued, is read here with the codec's field scanner (key, group and version, no decode)
 and applied by the partition's :class:`services.worker.table.TableApplier`, without building
-an Event. Everything else (errors, deletes, bad records, control records, app handlers,
-busy groups, records of the directory topic) goes to the general path, which applies it
-through the same applier. So the two paths differ only in how they read a record
-(tests/unit/test_worker_ingest.py checks that both give the same records, state and counts).
+an Event. The entity directory's claims (records of the directory topic, half the records of
+a stream of new entities) go straight to their partition's
+:class:`services.worker.directory.DirectoryApplier`, also in a worker of app handlers.
+Everything else (errors, deletes, bad records, control records, app handlers, busy groups)
+goes to the general path, which applies it through the same applier. So the two paths differ
+only in how they read a record (tests/unit/test_worker_ingest.py checks that both give the
+same records, state and counts).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 from fifolane.serde import Decoded
 from services.worker.checkpoint import Checkpoint
-from services.worker.directory import CONTROL_HEADER
+from services.worker.directory import CONTROL_HEADER, DirectoryApplier
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
 from services.worker.parking import Parking
@@ -41,7 +44,9 @@ class FastPath:
     def __init__(self, *, input_topic: str, tables: Mapping[int, TableApplier],
                  table_types: dict[str, TableType], codec: Any, busy: Collection[str],
                  ckpt: Checkpoint, stats: Stats, sink: ChangeSink | None, general: General,
-                 refuse: Refuse, other_topics: bool, parking: Parking | None = None) -> None:
+                 refuse: Refuse, directory_topic: str | None = None,
+                 directories: Mapping[int, DirectoryApplier] | None = None,
+                 parking: Parking | None = None) -> None:
         self._input = input_topic
         self._tables = tables
         self._types = table_types
@@ -54,21 +59,30 @@ class FastPath:
         self._sink = sink
         self._general = general
         self._refuse = refuse
-        self._other_topics = other_topics  # the consumer reads the directory topic too
+        # The consumer reads the directory topic too: its claims are applied here, by the
+        # directory partition's applier (any other record of it by the general path).
+        self._dir_topic = directory_topic
+        self._directories: Mapping[int, DirectoryApplier] = directories if directories is not None else {}
+        self._dir_taken = 0  # directory records taken in this batch (see _claim)
         self._parking = parking  # parked groups' events go to the general path (held there)
 
     def take(self, msgs: list[Record]) -> None:
         """Take a consumed batch (this loop is the worker's hot path)."""
         ckpt = self._ckpt
         if ckpt.bisecting or not self._types:
-            for msg in msgs:
-                self._general(msg, None)
+            if ckpt.bisecting or self._dir_topic is None:
+                for msg in msgs:
+                    self._general(msg, None)
+            else:  # app handlers only: the directory's records are still taken here
+                self._take_other(msgs)
             return
         tables, table_types, busy = self._tables, self._types, self._busy
         parked = self._parking.groups if self._parking is not None else {}
         skipping = ckpt.skipping(self._input)  # replayed records to skip: the general path's
         general, decode, input_topic = self._general, self._decode, self._input
-        other_topics = self._other_topics
+        dir_topic = self._dir_topic
+        dir_nexts: dict[int, int] = {}
+        dir_last: Record | None = None
         scan = self._scan
         sink = self._sink
         if scan is not None and sink is not None and sink.needs_records(table_types):
@@ -78,8 +92,12 @@ class FastPath:
         consumed = processed = superseded = 0
         try:
             for msg in msgs:
-                if msg.error() is not None or (other_topics and msg.topic() != input_topic):
+                if msg.error() is not None:
                     general(msg, None)
+                    continue
+                if dir_topic is not None and msg.topic() != input_topic:
+                    if self._claim(msg, dir_nexts):
+                        dir_last = msg
                     continue
                 p = msg.partition()
                 table = tables.get(p)
@@ -136,6 +154,7 @@ class FastPath:
                                  f"{len(value) + len(fast[0]) + len(key)} bytes, over the {table.room} "
                                  "bytes the state topic takes")
         finally:
+            self._claimed(dir_nexts, dir_last)
             if consumed:
                 assert last is not None
                 ckpt.consumed_batch(input_topic, nexts, consumed,
@@ -145,6 +164,40 @@ class FastPath:
             stats.processed += processed
             stats.state_writes += processed
             stats.superseded += superseded
+
+    def _take_other(self, msgs: list[Record]) -> None:
+        """A batch without fast-path records: the directory's claims, the rest general."""
+        dir_topic, general = self._dir_topic, self._general
+        dir_nexts: dict[int, int] = {}
+        dir_last: Record | None = None
+        try:
+            for msg in msgs:
+                if msg.error() is None and msg.topic() == dir_topic:
+                    if self._claim(msg, dir_nexts):
+                        dir_last = msg
+                else:
+                    general(msg, None)
+        finally:
+            self._claimed(dir_nexts, dir_last)
+
+    def _claim(self, msg: Record, nexts: dict[int, int]) -> bool:
+        """Apply a directory record (a claim) if its partition is ours (True then), counted
+        by :meth:`_claimed`; any other record goes to the general path."""
+        directory = self._directories.get(msg.partition()) if msg.topic() == self._dir_topic else None
+        if directory is None:
+            self._general(msg, None)  # not ours (any more), or not restored yet
+            return False
+        nexts[msg.partition()] = msg.offset() + 1
+        self._dir_taken += 1
+        directory.apply(msg.key(), msg.value())
+        return True
+
+    def _claimed(self, nexts: dict[int, int], last: Record | None) -> None:
+        """Tell the checkpoint which directory records were taken (by :meth:`_claim`)."""
+        if last is not None and self._dir_topic is not None:
+            self._ckpt.consumed_batch(self._dir_topic, nexts, self._dir_taken,
+                                      (self._dir_topic, last.partition(), last.offset()))
+        self._dir_taken = 0
 
 
 def _is_control(headers: Sequence[tuple[str, Any]]) -> bool:  # a value may be null (Any: see ingest)

@@ -163,7 +163,8 @@ class Worker:
                               table_types=self._table_types, codec=self.codec, busy=self.sched.queues,
                               ckpt=self.ckpt, stats=self.stats, sink=self.sink,
                               general=self.processing.take, refuse=self.processing.refuse,
-                              other_topics=self.topics.directory is not None, parking=self.parking)
+                              directory_topic=self.topics.directory, directories=self.assignment.directories,
+                              parking=self.parking)
         if self.sink is not None:
             self.sink.open(Context(self.ckpt, self.stores, self.codec, self.catalog, self.limits,
                                    self.dead_letter, o.worker_id))
