@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp.add_argument("--together", action="store_true",
                      help="with --direct: run both workers at the same time and compare their CPU per "
                           "event (steadier on a shared machine; benchmarks/ab_together.py)")
+    cmp.add_argument("--with-directory", action="store_true",
+                     help="with --together: this checkout's worker keeps its entity directory (default: "
+                          "--no-directory, as the older worker had none)")
     cmp.add_argument("--results-dir", default=str(RESULTS_DIR))
     prof = sub.add_parser("profile", help="cProfile a fifolane worker over pre-produced events")
     prof.add_argument("--events", type=int, default=100_000)
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
         cases = [c.strip() for c in args.cases.split(";") if c.strip()] if args.cases else None
         if args.together:
-            return together(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases, args.events)
+            return together(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases, args.events,
+                            args.with_directory)
         return direct(Path(args.before), Path(args.results_dir), args.quick, args.rounds, cases,
                       args.events, not args.without_directory_only)
     if args.command == "compare":

@@ -45,7 +45,7 @@ SIDES = ("before", "after")
 
 
 def _round(bench: Bench, base: Any, before: Path, n: int, guarantee: str, specs: list[tuple[str, bytes]],
-           tag: str, first: str) -> dict[str, dict[str, Any]]:
+           tag: str, first: str, after_args: list[str]) -> dict[str, dict[str, Any]]:
     """Both workers at once; per side: CPU-seconds per event, drain seconds, outputs."""
     runs: dict[str, tuple[Any, str]] = {}
     for side in SIDES:
@@ -64,7 +64,7 @@ def _round(bench: Bench, base: Any, before: Path, n: int, guarantee: str, specs:
             else:
                 os.environ.pop(WORKER_CODE_ENV, None)
             cmd = worker_cmd(s, wid, f"g-{wid}", guarantee=guarantee, commit_interval=COMMIT_INTERVAL,
-                             listeners=bool(specs), extra=None if side == "before" else ["--no-directory"])
+                             listeners=bool(specs), extra=None if side == "before" else after_args)
             procs[side] = stack.enter_context(running(cmd, s.home / f"{wid}.log", env=child_env(s)))
         os.environ.pop(WORKER_CODE_ENV, None)
 
@@ -106,9 +106,13 @@ def _round(bench: Bench, base: Any, before: Path, n: int, guarantee: str, specs:
 
 
 def together(before: Path, results_dir: Path, quick: bool, rounds: int, cases: list[str] | None = None,
-             events_n: int | None = None) -> int:
+             events_n: int | None = None, with_directory: bool = False) -> int:
     """Every case (or those in ``cases``) ``rounds`` times, both sides at once; write and print
-    the table (``<results>/compare/together*.md`` and ``.json``)."""
+    the table (``<results>/compare/together*.md`` and ``.json``). ``with_directory``: this
+    checkout's worker keeps its entity directory, like the older one (to measure a change of
+    the directory's own path), instead of running with ``--no-directory``."""
+    after_args = [] if with_directory else ["--no-directory"]
+    with_args = "" if with_directory else " with --no-directory"
     out = results_dir / "compare"
     out.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, dict[str, Any]]]] = {}
@@ -121,10 +125,10 @@ def together(before: Path, results_dir: Path, quick: bool, rounds: int, cases: l
                 bench.step(f"{case}: round {r + 1}/{rounds}, both workers at once")
                 tag = f"{case.replace(' ', '-').replace(',', '')}-{r}"
                 runs.setdefault(case, []).append(
-                    _round(bench, base, before, n, guarantee, specs, tag, SIDES[r % 2]))
+                    _round(bench, base, before, n, guarantee, specs, tag, SIDES[r % 2], after_args))
         machine = bench.machine
     took = time.monotonic() - t0
-    lines = [f"# Side by side: the worker of {before} (before) and this checkout's with --no-directory "
+    lines = [f"# Side by side: the worker of {before} (before) and this checkout's{with_args} "
              "(after), at the same time", "",
              f"{machine.get('cpu_count', '?')} CPUs, {machine['kafka']}; {n:,} events, {PARTITIONS} partitions, "
              f"one input read by both; {rounds} round(s) per case, the first to start alternating; {took:.0f} s.",
