@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
-from services.worker.state import PartitionStore, RestoredRow, Row
+from services.worker.state import MAX_GROUP_BYTES, PartitionStore, RestoredRow, Row
 
 __all__ = [
     "CONTROL_HEADER",
@@ -69,6 +69,9 @@ _CLAIM = struct.Struct(">qBi")  # version, flags, partition; then the group, UTF
 _DELETED = 1
 _PARTITION = struct.Struct(">i")
 _VERSION_FLAGS = struct.Struct(">qB")  # a claim's first fields (then its partition)
+#: The longest claim: no group is longer than a stored row can keep (an input record of a
+#: longer group is dead-lettered), and a longer one would fail the store's commit.
+_MAX_CLAIM = _CLAIM.size + MAX_GROUP_BYTES
 
 #: Produce a record: topic, value, key, partition, headers.
 Produce = Callable[..., None]
@@ -108,7 +111,7 @@ def claim_value(group: str, partition: int, version: int, deleted: bool) -> byte
 
 def read_claim(value: bytes | None) -> Claim | None:
     """A directory record value as a claim (None if it is not one)."""
-    if value is None or len(value) < _CLAIM.size:
+    if value is None or not _CLAIM.size <= len(value) <= _MAX_CLAIM:
         return None
     version, flags, partition = _CLAIM.unpack_from(value)
     try:
@@ -183,18 +186,19 @@ class DirectoryApplier:
     """Decides the claims of one directory partition (step 2 of the module docstring)."""
 
     def __init__(self, store: PartitionStore, topic: str, input_topic: str, produce: Produce,
-                 stats: Stats) -> None:
+                 stats: Stats, input_has: Callable[[int], bool] | None = None) -> None:
         self.store = store
         self.partition = store.partition
         self._topic = topic
         self._input = input_topic
         self._produce = produce
         self.stats = stats
+        self._input_has = input_has  # whether the input topic has a partition (None: assumed)
         # Staging a write is setting its row (no group index in a directory store).
         self._overlay = None if store.group_index else store.overlay
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
-        if not key or value is None or len(value) < _CLAIM.size:
+        if not key or value is None or not _CLAIM.size <= len(value) <= _MAX_CLAIM:
             log.warning("directory %s[%d]: ignoring a record that is not a claim", self._topic, self.partition)
             return
         row = self.store.get(key)
@@ -233,6 +237,11 @@ class DirectoryApplier:
             self._move_out(MoveOut(key, claim.group, cur.version, cur.group, cur.deleted), claim.partition)
 
     def _move_out(self, move: MoveOut, partition: int) -> None:
+        if self._input_has is not None and not self._input_has(partition):
+            log.warning("directory %s[%d]: a claim put %s in group %r of partition %d, which %s does not "
+                        "have (a forged claim): no move-out sent", self._topic, self.partition,
+                        move.key.decode(errors="replace"), move.group, partition, self._input)
+            return
         key, value, headers = move_out_record(move)
         self._produce(self._input, value, key, partition, headers)
         self.stats.moves_sent += 1

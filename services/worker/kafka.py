@@ -336,6 +336,15 @@ class WorkerConsumer:
             raise map_error(exc, f"watermarks of {tp.topic}[{tp.partition}]") from exc
         return int(low), int(high)
 
+    def partition_count(self, topic: str, timeout: float) -> int | None:
+        """How many partitions ``topic`` has (None: not known now)."""
+        try:
+            found = self._consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+        except KafkaException as exc:
+            log.info("partitions of %s not known now: %s", topic, exc)
+            return None
+        return None if found is None or found.error is not None else len(found.partitions)
+
     def position(self, tp: TopicPartition) -> int:
         try:
             return int(self._consumer.position([tp])[0].offset)

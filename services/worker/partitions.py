@@ -63,6 +63,7 @@ class PartitionParts:
         self._parked: dict[int, dict[str, Parked]] = {}  # read by a restore, not loaded yet
         #: tell the entity directory where an entity lives (in the open transaction)
         self.claim = ClaimSender(topics.directory, ckpt.produce, stats) if topics.directory else None
+        self._input_partitions: int | None = None  # known count (topics only grow): input_has
 
     def restore(self, topic: str, p: int) -> Restore:
         make = self._clients.restore_consumer
@@ -97,7 +98,19 @@ class PartitionParts:
     def make_directory(self, p: int) -> DirectoryApplier:
         assert self._dir_stores is not None and self._topics.directory
         return DirectoryApplier(self._dir_stores.stores[p], self._topics.directory, self._topics.input,
-                                self._ckpt.produce, self._stats)
+                                self._ckpt.produce, self._stats, input_has=self.input_has)
+
+    def input_has(self, partition: int) -> bool:
+        """Whether the input topic has ``partition`` (a move-out's target: a claim naming
+        another is forged). Asked of the cluster when the count known does not cover it."""
+        if partition < 0:
+            return False
+        if self._input_partitions is None or partition >= self._input_partitions:
+            count = self._consumer.partition_count(self._topics.input, timeout=10)
+            if count is None:
+                return True  # not known now: sent, and dead-lettered if Kafka refuses it
+            self._input_partitions = count
+        return partition < self._input_partitions
 
     def released(self, topic: str, partitions: list[int]) -> None:
         if topic == self._topics.input and self._parking is not None:

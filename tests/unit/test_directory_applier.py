@@ -17,6 +17,7 @@ from services.worker.directory import (
     DirectoryApplier,
     claim_value,
     read_claim,
+    restored_row,
 )
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, StoreManager
@@ -158,3 +159,55 @@ def test_a_bad_record_for_a_known_entity_leaves_its_winner(store: PartitionStore
     d.apply(KEY, claim_value("F1", 4, 7, False))
     d.apply(KEY, claim_value("F2", 1, 9, False)[:13] + b"\xff")
     assert _stored(store) == ("F1", 4, 7, False) and sent.records == [] and stats.claims == 1
+
+
+def test_a_claim_of_a_group_longer_than_a_row_keeps_is_ignored(store: PartitionStore) -> None:
+    """No input record of such a group is processed (dead-lettered), and storing it would fail
+    every commit of the directory's owner: a forged record, ignored."""
+    d, sent, stats = _applier(store)
+    huge = claim_value("g" * 70_000, 4, 7, False)
+    d.apply(KEY, huge)  # an entity the directory has not seen
+    assert store.overlay == {} and stats.claims == 0
+    assert read_claim(huge) is None and restored_row_of(huge) is None
+    d.apply(KEY, claim_value("F1", 4, 7, False))
+    d.apply(KEY, claim_value("g" * 70_000, 4, 9, False))  # and one it has
+    store.commit(2)
+    assert _stored(store) == ("F1", 4, 7, False) and sent.records == [] and stats.claims == 1
+    longest = claim_value("g" * 0xFFFF, 4, 9, False)  # the longest group a row keeps
+    d.apply(b"reservation/R2", longest)
+    store.commit(3)
+    assert _stored(store, b"reservation/R2") == ("g" * 0xFFFF, 4, 9, False)
+
+
+def test_no_move_out_to_a_partition_the_input_topic_does_not_have(store: PartitionStore) -> None:
+    """A forged claim naming partition 9999 loses to the real one: the real claim is stored,
+    and the move-out that Kafka would refuse (failing the transaction) is not sent."""
+    asked: list[int] = []
+
+    def input_has(p: int) -> bool:
+        asked.append(p)
+        return 0 <= p < 6
+
+    sent, stats = Sent(), Stats()
+    d = DirectoryApplier(store, DIR, INPUT, sent, stats, input_has=input_has)
+    d.apply(KEY, claim_value("FORGED", 9999, 1, False))
+    d.apply(KEY, claim_value("F1", 4, 2, False))  # wins: the forged copy would be moved out
+    assert _stored(store) == ("F1", 4, 2, False)
+    assert sent.records == [] and stats.moves_sent == 0 and asked == [9999]
+    d.apply(KEY, claim_value("F2", 1, 3, False))  # a real rebooking still moves it out of F1
+    assert sent.move_outs() == [("F1", 4, {"key": "reservation/R1", "version": 3, "to": "F2", "to_deleted": False})]
+
+
+class _Msg:
+    def __init__(self, key: bytes, value: bytes) -> None:
+        self._key, self._value = key, value
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def restored_row_of(value: bytes) -> Any:
+    return restored_row(_Msg(KEY, value), False)  # type: ignore[arg-type]
