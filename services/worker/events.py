@@ -84,7 +84,12 @@ class Processing:
             directory = self.directories.get(p)
             if directory is not None and topic == self.topics.directory:
                 ckpt.consumed(topic, p, offset)
-                directory.apply(msg.key(), msg.value())
+                poison = ckpt.poison_of(topic, p, offset)
+                if poison is None:
+                    directory.apply(msg.key(), msg.value())
+                else:  # its move-out (a forged claim's partition) is refused: dead-lettered
+                    self.refuse(msg, "output-refused", poison)
+                    ckpt.poison_settled(topic, p, offset)
             return
         if p not in self.tables:
             return  # not ours (any more), or not restored yet: replayed once it is

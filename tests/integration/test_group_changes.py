@@ -12,6 +12,7 @@ and with the move-out racing newer updates in the old group.
 from __future__ import annotations
 
 import random
+import struct
 import zlib
 from collections import defaultdict
 from pathlib import Path
@@ -162,3 +163,44 @@ def test_move_out_racing_updates_in_the_old_group(settings: Settings, topics: An
     assert {k: v for k, v in observed.items() if v[1] is not None} == \
         {k: v for k, v in want.items() if v[1] is not None}
     assert all(len(ps) == 1 for ps in live.values()), live
+
+
+def test_forged_directory_records_neither_stop_the_owner_nor_misplace_entities(
+        settings: Settings, topics: Any, tmp_path: Path) -> None:
+    """Records on the directory topic that no worker wrote: a claim of a group longer than a
+    stored row keeps (it failed every commit of the directory's owner, which died again after
+    each restart), and claims naming partitions the input topic does not have (the move-out
+    the real claim then sends, Kafka would refuse). The owner keeps going, and the real
+    entities are decided as if the forged records were not there."""
+    claim = struct.Struct(">qBi")  # version, flags, partition; then the group (directory.py)
+    a, b = "FA1", next(f"FB{i}" for i in range(10) if zlib.crc32(f"FB{i}".encode()) % 3 != zlib.crc32(b"FA1") % 3)
+    forged = Producer(settings.kafka_config(**{"acks": "all", "partitioner": "murmur2_random"}))
+    for key, value in ((b"reservation/Q1", claim.pack(0, 0, 9999) + b"FORGED"),
+                       (b"reservation/Q2", claim.pack(0, 0, -5) + b"FORGED"),
+                       (b"reservation/Q3", claim.pack(0, 0, 0) + b"g" * 70_000),
+                       (b"reservation/LONG", claim.pack(1, 0, 0) + b"g" * 70_000)):
+        forged.produce(settings.directory_topic, value, key)
+    assert forged.flush(30) == 0
+    ops: list[Op] = [("Q1", a, 1, False), ("Q2", a, 1, False), ("Q3", a, 1, False),
+                     ("Q1", b, 2, False), ("Q2", b, 2, False), ("Q3", b, 2, False)]
+    want = _reference(ops)
+    [worker] = _workers(settings, tmp_path, 1)
+    worker.start()
+    try:
+        _send(settings, ops[:3])
+        wait_until(lambda: _settled(settings, _reference(ops[:3])), timeout=90, interval=0.5,
+                   message=lambda: f"{_observed(settings)}\n{worker.log_tail()}")
+        _send(settings, ops[3:])  # rebooked: each must leave a
+        wait_until(lambda: _settled(settings, want), timeout=90, interval=0.5,
+                   message=lambda: f"{_observed(settings)}\n{worker.log_tail()}")
+        assert worker.alive(), worker.log_tail()
+        log = worker.log_tail(400)
+    finally:
+        worker.kill()
+    observed, live = _observed(settings)
+    assert {k: v for k, v in observed.items() if v[1] is not None} == \
+        {f"reservation/{q}": (2, b) for q in ("Q1", "Q2", "Q3")}
+    assert all(len(ps) == 1 for ps in live.values()), live
+    assert "Traceback" not in log
+    assert log.count("ignoring a record that is not a claim") == 2  # the two long groups
+    assert "partition 9999, which" in log and "partition -5, which" in log
