@@ -87,8 +87,10 @@ class Processing:
                 poison = ckpt.poison_of(topic, p, offset)
                 if poison is None:
                     directory.apply(msg.key(), msg.value())
-                else:  # its move-out (a forged claim's partition) is refused: dead-lettered
-                    self.refuse(msg, "output-refused", poison)
+                else:  # what it sends Kafka refuses: dead-lettered (not an input event, so
+                    # counted by its reason only: consumed = processed + superseded + dead_lettered)
+                    self.dead_letter(msg.key(), msg.value(), msg.headers(), topic, p, offset,
+                                     "output-refused", poison, counted=False)
                     ckpt.poison_settled(topic, p, offset)
             return
         if p not in self.tables:

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka_fixtures import consume_all, wait_until
-from worker_support import CATALOG, WorkerProcess, reservation
+from worker_support import CATALOG, WorkerProcess, WorkerThread, accounted, read_dlq, reservation
 
 from fifolane.config import Settings
 from fifolane.serde import make_codec
@@ -204,3 +205,34 @@ def test_forged_directory_records_neither_stop_the_owner_nor_misplace_entities(
     assert "Traceback" not in log
     assert log.count("ignoring a record that is not a claim") == 2  # the two long groups
     assert "partition 9999, which" in log and "partition -5, which" in log
+
+
+def test_a_directory_record_whose_move_out_kafka_refuses_is_dead_lettered(
+        settings: Settings, topics: Any) -> None:
+    """Two forged claims of one entity whose key is longer than the input topic takes: the
+    second wins, and its move-out (which carries the key) is refused by the broker, failing
+    the transaction, and would on every replay. The bisection finds the directory record,
+    which is dead-lettered with its origin; every real event is still applied."""
+    admin = AdminClient(settings.kafka_config())
+    change = ConfigResource("topic", settings.input_topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "4096", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([change]).values():
+        future.result(30)
+    claim = struct.Struct(">qBi")
+    key = b"reservation/" + b"k" * 8000
+    forged = Producer(settings.kafka_config(**{"acks": "all", "partitioner": "murmur2_random"}))
+    forged.produce(settings.directory_topic, claim.pack(1, 0, 0) + b"G1", key)
+    forged.produce(settings.directory_topic, claim.pack(2, 0, 1) + b"G2", key)  # the same partition
+    assert forged.flush(30) == 0
+    ops: list[Op] = [(f"R{i}", f"F{i % 4}", 1, False) for i in range(30)]
+    _send(settings, ops)
+    with WorkerThread(settings) as w:
+        wait_until(lambda: w.stats.dead_letter_reasons["output-refused"] == 1 and accounted([w.stats]) == 30,
+                   timeout=120, message=lambda: f"{w.stats}")
+        wait_until(w.committed, timeout=30)
+        # Not an input event: the dead letters of input events stay consumed - processed - superseded.
+        assert w.stats.aborts >= 1 and w.stats.processed == 30 and w.stats.dead_lettered == 0
+    [dead] = read_dlq(settings)
+    assert dead["reason"] == "output-refused" and dead["key"] == key
+    assert dead["topic"] == settings.directory_topic and dead["offset"] == "1"
+    assert _settled(settings, _reference(ops))
