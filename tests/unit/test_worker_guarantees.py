@@ -512,3 +512,29 @@ def test_partitions_lost_while_a_call_outlives_the_commit(tmp_path: Path) -> Non
     w.checkpoint()
     assert sorted(k for k, _v in _state(clients)) == [b"reservation/R2", b"reservation/R3"]
     w.calls.shutdown()
+
+
+def test_a_stop_racing_a_fenced_commit_leaves_cleanly(tmp_path: Path) -> None:
+    """Seen in the fault suite: a rebalance fences the commit (ILLEGAL_GENERATION: in doubt,
+    so the committed offsets decide) while SIGTERM is closing the consumer, which then cannot
+    answer (_DESTROY). The worker must leave without an error: the transaction counts as not
+    committed, and nothing reaches the local store (the next owner's restore catches up)."""
+    w, clients = _worker(tmp_path)
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    fenced = TransactionAbortedError("send_offsets_to_transaction: Specified group generation id is not valid",
+                                     code="ILLEGAL_GENERATION", abortable=True)
+
+    def send_offsets(offsets: Any, group_metadata: Any, timeout: float) -> None:
+        w.stop()  # SIGTERM arrives meanwhile
+        raise fenced
+
+    def committed(partitions: Any, timeout: float) -> Any:
+        raise KafkaRetriableError("committed offsets: Local: Broker handle destroyed for termination",
+                                  code="_DESTROY", retriable=True)
+
+    clients.fake_producer.send_offsets = send_offsets  # type: ignore[method-assign]
+    clients.fake_consumer.committed = committed  # type: ignore[method-assign]
+    w.checkpoint()  # raised KafkaRetriableError before
+    assert w.stats.aborts == 1 and w.stats.mark["processed"] == 0
+    assert all(not st.overlay for st in w.stores.stores.values())
+    assert w.stores.stores[0].committed_version(b"reservation/R1") is None
