@@ -21,7 +21,8 @@ record per new entity; that run separates its cost from the rest of the change.
 
 Cases: the table handler exactly-once and at-least-once; exactly-once with 1 and with
 10,000 equality listeners and with 100 general filters (the listeners suite's
-populations); ``--cases`` picks some. Results: ``<results>/compare/direct.json`` and
+populations); the flights app exactly-once (``--app examples.flights:app`` on the app
+suite's booking stream, its own input of ``n`` booking events); ``--cases`` picks some. Results: ``<results>/compare/direct.json`` and
 ``direct.md`` (``direct-<cases>.*`` for a pick).
 """
 
@@ -35,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.events import events, produce_avro
+from benchmarks.booking import APP, avro_items, stream
+from benchmarks.events import events, produce_avro, produce_raw
 from benchmarks.harness import Bench
 from benchmarks.meters import read_records
 from benchmarks.procs import WORKER_CODE_ENV
@@ -49,6 +51,8 @@ SIDES = ("before", "after")
 #: A third run per round: this checkout without the entity directory (``--no-directory``),
 #: which the older worker did not have; it separates the directory's cost from the rest.
 NO_DIRECTORY = "after, --no-directory"
+#: The app case: the flights app on the booking stream (an input of its own).
+APP_CASE = "flights app EOS"
 
 
 def _cases(bench: Bench) -> dict[str, tuple[str, list[tuple[str, bytes]]]]:
@@ -91,20 +95,31 @@ def prepare(bench: Bench, before: Path, name: str, n: int, cases: list[str] | No
             ) -> tuple[Any, dict[str, tuple[str, list[tuple[str, bytes]]]]]:
     """The comparison's input (``n`` events on topic set ``name``) and its chosen cases
     (all if ``cases`` is empty; SystemExit naming the choices for an unknown one)."""
+    chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
+    if cases and len(chosen) != len(cases):
+        raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from "
+                         f"{[*_cases(bench), APP_CASE]}")
     # Encoded with the older checkout's schemas: this one reads those (schemas/history),
     # while an older worker dead-letters values of a schema version it never saw.
     base = bench.topic_set(name, PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
     bench.step(f"pre-producing {n:,} events", n)
     produce_avro(base, events(n), on_progress=bench.advance)
-    chosen = {k: v for k, v in _cases(bench).items() if not cases or k in cases}
-    if cases and len(chosen) != len(cases):
-        raise SystemExit(f"unknown case(s) {sorted(set(cases) - set(chosen))}; choose from {list(_cases(bench))}")
     return base, chosen
 
 
+def prepare_app(bench: Bench, before: Path, n: int) -> tuple[Any, int]:
+    """The app case's input: the booking stream of ``n`` reservation events (after its
+    flights), encoded with the older checkout's schemas; and its event count."""
+    base = bench.topic_set("ab-app", PARTITIONS).with_overrides(schemas_dir=before.resolve() / "schemas")
+    evs = stream(n)
+    bench.step(f"pre-producing {len(evs):,} booking events", len(evs))
+    produce_raw(base, base.input_topic, avro_items(base, evs), on_progress=bench.advance)
+    return base, len(evs)
+
+
 def _one(bench: Bench, base: Any, n: int, guarantee: str, specs: list[tuple[str, bytes]],
-         label: str, extra: list[str] | None = None) -> dict[str, Any]:
-    r = run_worker(bench, base, n, guarantee, label=label, listeners=specs or None, extra=extra)
+         label: str, extra: list[str] | None = None, app: str | None = None) -> dict[str, Any]:
+    r = run_worker(bench, base, n, guarantee, label=label, listeners=specs or None, extra=extra, app=app)
     out = {"events_per_s": float(r["throughput"]["events_per_s"]),
            "state": read_records(bench.bootstrap, r["state_topic"], None).records,
            "dead_letters": read_records(bench.bootstrap, r["dlq_topic"], None).records}
@@ -125,8 +140,18 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
     t0 = time.monotonic()
     with Bench(quick=quick, results_dir=out) as bench:
         n = events_n or bench.size(200_000, 30_000)
-        base, chosen = prepare(bench, before, "ab", n, cases)
+        table_cases = [c for c in cases or () if c != APP_CASE]
+        inputs: dict[str, tuple[Any, int, str | None]] = {}  # case -> (input, events, app)
+        chosen: dict[str, tuple[str, list[tuple[str, bytes]]]] = {}
+        if not cases or table_cases:
+            base, chosen = prepare(bench, before, "ab", n, table_cases or None)
+            inputs = {case: (base, n, None) for case in chosen}
+        if not cases or APP_CASE in cases:
+            app_base, app_n = prepare_app(bench, before, n)
+            chosen[APP_CASE] = ("exactly-once", [])
+            inputs[APP_CASE] = (app_base, app_n, APP)
         for case, (guarantee, specs) in chosen.items():
+            case_base, case_n, app = inputs[case]
             for r in range(rounds):
                 order = (*SIDES, NO_DIRECTORY) if with_directory else ("before", NO_DIRECTORY)
                 # ABBA: every other round in reverse, so a drift of the machine during the
@@ -139,13 +164,14 @@ def direct(before: Path, results_dir: Path, quick: bool, rounds: int, cases: lis
                     tag = "nodir" if side == NO_DIRECTORY else side
                     label = f"ab-{tag}-{case.replace(' ', '-').replace(',', '')}-{r}"
                     runs.setdefault(case, {}).setdefault(side, []).append(
-                        _one(bench, base, n, guarantee, specs, label,
-                             ["--no-directory"] if side == NO_DIRECTORY else None))
+                        _one(bench, case_base, case_n, guarantee, specs, label,
+                             ["--no-directory"] if side == NO_DIRECTORY else None, app))
         os.environ.pop(WORKER_CODE_ENV, None)
         machine = bench.machine
     took = time.monotonic() - t0
     lines = [f"# Head to head: the worker of {before} (before) vs this checkout's (after)", "",
-             f"{machine.get('cpu_count', '?')} CPUs, {machine['kafka']}; {n:,} events, {PARTITIONS} "
+             f"{machine.get('cpu_count', '?')} CPUs, {machine['kafka']}; {n:,} events ({APP_CASE}: "
+             f"{n:,} booking events after the flights, an input of its own), {PARTITIONS} "
              f"partitions, one input for every run; {rounds} run(s) per side and case, alternating (every "
              f"other round in reverse order); "
              f"{took:.0f} s. Outputs: state records / notifications read back (read_committed) per run, dead letters if any.", "",
