@@ -115,6 +115,9 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
         store.db.flush()
         _commit(store, {b"reservation/A": Row(3, False, "F1", b"a3")})
         store.db.flush()
+        # The table files now, before any instance looks: a background compaction after this
+        # (it removed one file and wrote another once) is a reason to open again.
+        files = {f["name"] for f in store.db.live_files()}
         v = view_of(store, 7)
         sec.publish(v.seq, 7)
         view = sec.view()
@@ -123,7 +126,6 @@ def test_a_secondary_that_missed_a_flush_reads_the_flushed_rows(tmp_path: Path) 
         assert sec.reopened == 1
         # The other instance of the pair missed the flushes too, and is opened again when it
         # catches up; later catch-ups without a flush between open nothing again.
-        files = {f["name"] for f in store.db.live_files()}
         for version, position in ((4, 9), (5, 11), (6, 13)):
             _commit(store, {b"reservation/A": Row(version, False, "F1", b"a%d" % version)})
             v = view_of(store, position)
