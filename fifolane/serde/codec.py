@@ -22,6 +22,7 @@ from fifolane.serde.fingerprint import fingerprint_bytes
 from fifolane.serde.flatwrite import FlatWriter, QuickEncoder, compile_writer, explain_refusal
 from fifolane.serde.scan import (
     QuickDecoder,
+    QuickScanner,
     Reader,
     Scanner,
     Walk,
@@ -307,15 +308,4 @@ class SingleObjectCodec(AvroCodec):
             if fn is not None:
                 assert writer.entity is not None
                 table[fp] = (writer.entity, fn)
-        get = table.get
-
-        def scan(data: bytes) -> tuple[EntityType, list[Any]] | None:
-            if data is None or data[:2] != SINGLE_OBJECT_MAGIC:
-                return None
-            found = get(data[2:_SO_HEADER])
-            if found is None:
-                return None
-            values = found[1](data, _SO_HEADER)
-            return None if values is None else (found[0], values)
-
-        return scan
+        return QuickScanner(SINGLE_OBJECT_MAGIC, _SO_HEADER - len(SINGLE_OBJECT_MAGIC), table)

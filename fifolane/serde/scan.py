@@ -28,7 +28,7 @@ from typing import Any
 
 from fifolane.serde.catalog import missing_defaults
 
-__all__ = ["QuickDecoder", "Reader", "Scanner", "Walk", "compile_reader", "compile_scanner", "reads_unchanged",
+__all__ = ["QuickDecoder", "QuickScanner", "Reader", "Scanner", "Walk", "compile_reader", "compile_scanner", "reads_unchanged",
            "record_walk", "round_trip_types"]
 
 #: ``(data, offset of the body) -> the wanted values in the order asked, or None``.
@@ -185,6 +185,29 @@ class QuickDecoder:
                 if record is not None:
                     return _tuple_new(self._decoded, (found[0], record, False))
         return self._decode(data)
+
+
+class QuickScanner:
+    """A codec's ``scanner`` as one compiled call per record: for a value that is ``magic``
+    + the id of a schema in ``table`` (``id_len`` bytes) + a body that schema's scanner reads,
+    ``(entity, [wanted values])``; None for anything else (the caller decodes it then)."""
+
+    __slots__ = ("_magic", "_start", "_end", "_table")
+
+    def __init__(self, magic: bytes, id_len: int, table: dict[bytes, tuple[Any, Scanner]]) -> None:
+        self._magic = magic
+        self._start = len(magic)
+        self._end = len(magic) + id_len
+        self._table = table
+
+    def __call__(self, data: Any) -> tuple[Any, list[Any]] | None:  # Any: None and the like give None
+        if type(data) is bytes and data[: self._start] == self._magic:
+            found = self._table.get(data[self._start : self._end])
+            if found is not None:
+                values = found[1](data, self._end)
+                if values is not None:
+                    return found[0], values
+        return None
 
 
 def _scan(ops: tuple[tuple[int, Any, int], ...], n_wanted: int, data: bytes, pos: int) -> list[Any] | None:

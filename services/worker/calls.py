@@ -53,14 +53,17 @@ class HandlerCalls:
     def _state(self, event: Event, store: PartitionStore) -> CallState:
         return CallState(event, store, self._encoder, self.catalog, self.records)
 
-    def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> Result:
+    def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore, timed: bool = True) -> Result:
+        """Call a sync handler; ``timed=False`` (inline calls): its seconds are reported as 0."""
         attempt = 0
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if timed else 0.0
         while True:
-            state = self._state(event, store)
+            state = CallState(event, store, self._encoder, self.catalog, self.records)
             try:
-                _collect(state, spec.fn(event, state))
-                return event, state.effects, None, attempt, time.perf_counter() - t0
+                result = spec.fn(event, state)
+                if result is not None:
+                    _collect(state, result)
+                return event, state.effects, None, attempt, time.perf_counter() - t0 if timed else 0.0
             except BaseException as exc:  # noqa: BLE001 - any handler failure (SystemExit,
                 # KeyboardInterrupt and CancelledError raised by a handler too) is retried,
                 # then dead-lettered: it must not kill the handler thread or lose its completion

@@ -67,6 +67,8 @@ class Processing:
             parking, input_topic=topics.input, codec=codec, stats=stats, submit=self._resubmit,
             dead_letter=self.dead_letter)
         self.avg_call = 0.0  # seconds, EWMA over handler calls (pool and async handlers)
+        self._specs: dict[str, HandlerSpec] = {}  # type -> handler (the app's, looked up once)
+        self._staged = frozenset(t for t in app.types if app.stages_of(t))  # types with stage handlers
         #: events of a later pipeline stage queued or running: their input record's earlier
         #: stages have effects already, so a checkpoint waits for them (no half chain commits)
         self.partial = 0
@@ -116,13 +118,19 @@ class Processing:
 
     def _dispatch(self, event: Event) -> None:
         """Run an event inline, or queue it in its lane."""
-        spec = self.app.handler_for(event.type) if event.op not in ("move-out", "release") else None
-        if event.op == "upsert" and self.app.stages_of(event.type):
+        spec = self._spec_of(event.type) if event.op not in ("move-out", "release") else None
+        if event.op == "upsert" and event.type in self._staged:
             spec = self._stage(event) or spec
         if spec is not None and spec.inline and not self.sched.has_group(event.lane):
             self._run_inline(event, spec)
         else:
             self._submit(event)
+
+    def _spec_of(self, type_name: str) -> HandlerSpec:
+        spec = self._specs.get(type_name)
+        if spec is None:
+            spec = self._specs[type_name] = self.app.handler_for(type_name)
+        return spec
 
     def _submit(self, event: Event) -> None:
         """Queue an event in its lane; its input record stays unfinished until it completes
@@ -166,7 +174,7 @@ class Processing:
         if table.prior(event.entity_key, event.version) is STALE:
             self.stats.superseded += 1
             return
-        self._finish(self.calls.call_sync(event, spec, table.store), scheduled=False)
+        self._finish(self.calls.call_sync(event, spec, table.store, False), scheduled=False)
 
     def _start(self, event: Event) -> None:
         """Dispatch the head event of a group (called by the scheduler)."""
@@ -187,7 +195,7 @@ class Processing:
             self._complete(event)  # queued before its group was parked: held too
             self.releases.hold(event)
             return
-        spec = self.app.handler_for(event.type)
+        spec = self._spec_of(event.type)
         if event.stage is not None:
             spec = self.app.stages_of(event.type)[event.stage]  # type: ignore[index]
         if spec.fn is table_handler:
@@ -204,7 +212,7 @@ class Processing:
             self._complete(event)
             return
         if spec.inline:
-            self._finish(self.calls.call_sync(event, spec, table.store))
+            self._finish(self.calls.call_sync(event, spec, table.store, False))
         else:
             self.calls.submit(event, spec, table.store)
 
@@ -264,7 +272,8 @@ class Processing:
     def _finish(self, result: Result, scheduled: bool = True) -> None:
         event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
-        self.avg_call += 0.05 * (took - self.avg_call)  # EWMA of a handler call
+        if took:  # an EWMA of the calls off the poll thread (inline ones are not timed)
+            self.avg_call += 0.05 * (took - self.avg_call)
         try:
             if exc is not None:
                 log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",

@@ -213,6 +213,8 @@ def test_codec_scanner_only_for_current_upserts_of_the_asked_types() -> None:
     assert scan(value[:-1]) is None and scan(value + b"\x00") is None
     assert scan(b"\xc3\x01" + bytes(8) + b"\x02") is None  # unknown fingerprint
     assert scan(None) is None  # type: ignore[arg-type]
+    assert scan(b"") is None and scan(b"\xc3") is None and scan(value[:9]) is None  # cut in the header
+    assert scan(b"\x00" + value[1:]) is None  # not single-object encoding
 
 
 def _history_writer(codec: Any, name: str) -> tuple[Any, bytes]:

@@ -538,3 +538,26 @@ def test_a_stop_racing_a_fenced_commit_leaves_cleanly(tmp_path: Path) -> None:
     assert w.stats.aborts == 1 and w.stats.mark["processed"] == 0
     assert all(not st.overlay for st in w.stores.stores.values())
     assert w.stores.stores[0].committed_version(b"reservation/R1") is None
+
+
+def test_inline_calls_leave_the_pool_calls_average_alone(tmp_path: Path) -> None:
+    """The average call time sizes the group queues for handlers off the poll thread
+    (services.worker.limits.buffer_limit); inline calls are not timed and leave it at 0, while
+    the same handler on the pool sets it."""
+    for inline in (True, False):
+        app = App(f"inline-{inline}")
+        seen: list[str] = []
+
+        @app.handler("reservation", inline=inline)
+        def handle(event: Event, state: GroupState, seen: list[str] = seen) -> None:
+            assert event.value is not None
+            seen.append(event.key)
+            state.put("reservation", {**event.value, "state": "CONFIRMED"})
+
+        w, clients = _worker(tmp_path / str(inline), app)
+        w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F0", 1), _msg(1, 200, "R3", "F1", 1)])
+        w.checkpoint(drain=True)
+        assert sorted(seen) == ["R1", "R2", "R3"] and w.stats.processed == 3
+        assert sorted(_state(clients)) == [(b"reservation/R1", 1), (b"reservation/R2", 1), (b"reservation/R3", 1)]
+        assert (w.processing.avg_call == 0.0) is inline
+        w.close()
