@@ -67,21 +67,31 @@ class Window:
             del self.unfinished[offset]
 
     def commit_point(self, nxt: int) -> tuple[int, str]:
-        """The offset to commit (the first unfinished one, or ``nxt``) and its metadata."""
-        if not self.unfinished:
+        """The offset to commit (the first unfinished one, or ``nxt``) and its metadata: the
+        finished offsets after it, and the done ones a replay has not reached yet (after a
+        rewind, the skip set can reach past ``nxt``: they stay done, also for a new owner)."""
+        ahead = [o for o in self.skip if o >= nxt] if self.skip else []
+        first = min(self.unfinished) if self.unfinished else nxt
+        if first >= nxt and not ahead:
             return nxt, ""
-        first = min(self.unfinished)
-        if first >= nxt:
-            return nxt, ""
-        bits = bytearray((nxt - first + 7) >> 3)
+        first = min(first, nxt)
+        end = max(nxt, max(ahead) + 1) if ahead else nxt
+        bits = bytearray((end - first + 7) >> 3)  # bit set: not done
         for o in self.unfinished:
             if first <= o < nxt:
                 bits[(o - first) >> 3] |= 1 << ((o - first) & 7)
-        return first, f"{_PREFIX}{nxt};{base64.b64encode(bytes(bits)).decode()}"
+        if ahead:
+            skip = self.skip
+            for o in range(nxt, end):
+                if o not in skip:
+                    bits[(o - first) >> 3] |= 1 << ((o - first) & 7)
+        return first, f"{_PREFIX}{end};{base64.b64encode(bytes(bits)).decode()}"
 
     def committed(self, offset: int, nxt: int) -> None:
-        """A commit of ``offset`` succeeded: the finished ones after it are done."""
-        self.skip = {o for o in range(offset, nxt) if o not in self.unfinished}
+        """A commit of ``offset`` succeeded: the finished ones after it are done, and so are
+        the done ones beyond ``nxt`` (see :meth:`commit_point`)."""
+        ahead = {o for o in self.skip if o >= nxt}
+        self.skip = {o for o in range(offset, nxt) if o not in self.unfinished} | ahead
 
     def wide(self, nxt: int) -> bool:
         """Whether the unfinished events span more offsets than the metadata can describe."""

@@ -333,6 +333,37 @@ def test_slow_calls_stay_running_across_a_commit(tmp_path: Path) -> None:
     w.calls.shutdown()
 
 
+def test_done_offsets_ahead_of_a_replay_stay_done_across_its_commits(tmp_path: Path) -> None:
+    """After an abort the replay starts at the committed offset. Records that finished beyond
+    it (the commit's offset metadata) stay done when a commit comes before the replay reaches
+    them: in memory, and in that commit's metadata for a new owner. (They were handled, and
+    their dead letters and outputs sent, once more.)"""
+    app, gate, calls = _slow_app()
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "SLOW", "F1", 1), _msg(0, 101, "R2", "F2", 1), _msg(0, 102, "R3", "F3", 1)])
+    wait_until(lambda: w.poll_once() or sorted(calls) == ["R2", "R3", "SLOW"] and w.sched.in_flight == 1,
+               timeout=10, message=lambda: str(calls))
+    w.checkpoint()  # SLOW still runs: 100 committed, 101 and 102 done
+    assert decode_skips(100, clients.fake_producer.metadata[-1][("in", 0)]) == {101, 102}
+    gate.set()
+    w.drain()  # SLOW's effects are in the open transaction, which then aborts
+    clients.fake_producer.fail = TransactionAbortedError("broker gone", code="_STATE", abortable=True)
+    w.take([_msg(1, 200, "X", "F9", 1)])
+    wait_until(lambda: w.poll_once() or w.stats.aborts == 1, timeout=10, message="no abort")
+    calls.clear()
+    w.take([_msg(0, 100, "SLOW", "F1", 1)])  # the replay has reached 100 only when it commits
+    w.drain()
+    w.checkpoint()
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
+    assert decode_skips(101, clients.fake_producer.metadata[-1][("in", 0)]) == {101, 102}
+    w.take([_msg(0, 101, "R2", "F2", 1), _msg(0, 102, "R3", "F3", 1), _msg(0, 103, "R4", "F4", 1)])
+    w.drain()
+    w.checkpoint()
+    assert calls == ["SLOW", "R4"] and w.stats.replay_skipped == 2
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 104), ("in", 1, 200)]
+    w.calls.shutdown()
+
+
 def test_a_replay_skips_what_finished_after_the_committed_offset(tmp_path: Path) -> None:
     clients = FakeClients({("in", 0): 100, ("in", 1): 200})
     clients.fake_consumer.metadata[("in", 0)] = "fl1;103;" + __import__("base64").b64encode(bytes([0b001])).decode()
@@ -561,3 +592,29 @@ def test_inline_calls_leave_the_pool_calls_average_alone(tmp_path: Path) -> None
         assert sorted(_state(clients)) == [(b"reservation/R1", 1), (b"reservation/R2", 1), (b"reservation/R3", 1)]
         assert (w.processing.avg_call == 0.0) is inline
         w.close()
+
+
+def test_a_returned_output_kafka_cannot_take_is_dead_lettered_not_a_crash(tmp_path: Path) -> None:
+    """Outputs a handler returns skip emit()'s checks: check_effects refuses them whole
+    (a header value that is not bytes once stopped the worker with a TypeError)."""
+    from services.worker.app import Output
+
+    app = App("returns")
+
+    @app.handler("reservation", inline=True)
+    def handle(event: Event, state: GroupState) -> Any:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        return {"R1": Output("out", "k", b"v", (("h", 7),)),  # type: ignore[arg-type]
+                "R2": Output("out", 42, b"v")}.get(event.key, Output("out", event.key, b"v"))  # type: ignore[arg-type]
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F1", 1), _msg(0, 102, "R3", "F2", 1)])
+    w.checkpoint()
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (1, 2, 0)
+    dead = [dict(h) for t, _v, _k, _p, h in clients.fake_producer.records if t == "dlq"]
+    assert [d["fifolane.dlq.reason"] for d in dead] == [b"handler-error"] * 2
+    assert b"a header must be a (str, bytes) pair" in dead[0]["fifolane.dlq.error"]
+    assert b"the key must be bytes, str or None, not int" in dead[1]["fifolane.dlq.error"]
+    assert [k for t, _v, k, _p, _h in clients.fake_producer.records if t == "out"] == ["R3"]
+    assert _state(clients) == [(b"reservation/R3", 1)]
