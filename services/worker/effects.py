@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple, Protocol
@@ -178,9 +179,15 @@ class CallState:
                     out[ekey] = w.record
         return list(out.values())
 
-    def emit(self, topic: str, key: bytes | str | None, value: bytes | str | None,
-             headers: Iterable[tuple[str, bytes]] = ()) -> None:
-        self.effects.outputs.append(Output(topic, key, value, tuple(headers)))
+    def emit(self, topic: Any, key: Any, value: Any, headers: Any = ()) -> None:  # Any: checked here
+        try:
+            hdrs = tuple(headers)
+        except TypeError:
+            raise AppError(f"emit(): headers must be (str, bytes) pairs, not {type(headers).__name__}") from None
+        bad = _bad_output(topic, key, value, hdrs, frozenset())
+        if bad is not None:
+            raise AppError(f"emit(): {bad}")
+        self.effects.outputs.append(Output(topic, key, value, hdrs))
 
 
 class Refusal(NamedTuple):
@@ -190,11 +197,14 @@ class Refusal(NamedTuple):
     error: str
 
 
-def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal | None:
+def check_effects(effects: Effects, limits: Limits, state_topic: str,
+                  reserved: frozenset[str] = frozenset()) -> Refusal | None:
     """Why ``effects`` cannot be applied whole, or None. Checked before anything is
     applied, so a handler result is applied whole or dead-lettered whole: a version that
-    does not fit a signed 64-bit integer, or a record Kafka would refuse (over the
-    producer's message.max.bytes or the topic's max.message.bytes)."""
+    does not fit a signed 64-bit integer, an output record that is not one (its topic name,
+    or the types of its key, value or headers) or goes to one of the worker's own topics
+    (``reserved``: the state topic's records are the worker's alone), or a record Kafka would
+    refuse (over the producer's message.max.bytes or the topic's max.message.bytes)."""
     room = limits.room(state_topic) if effects.writes else 0
     too_large: Refusal | None = None
     for ekey, w in effects.writes.items():  # one pass (the hot path): a bad version first
@@ -208,7 +218,33 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str) -> Refusal
     if too_large is not None:
         return too_large
     for out in effects.outputs:
+        o: Any = out  # its fields as they are (compiled code would check their declared types)
+        bad = _bad_output(o.topic, o.key, o.value, o.headers, reserved)
+        if bad is not None:
+            return Refusal("handler-error", f"emit(): {bad}")
         error = limits.too_large(out.topic, record_size(out.key, out.value, out.headers), "an output record")
         if error is not None:
             return Refusal("handler-error", error + "; send less, or raise both limits")
+    return None
+
+
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _bad_output(topic: Any, key: Any, value: Any, headers: Any, reserved: frozenset[str]) -> str | None:
+    """What makes an output record one Kafka (or the worker) cannot take, or None. (Any: a
+    handler may pass anything, also in an Output it returns.)"""
+    if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+        return f"{topic!r:.100} is not a Kafka topic name (1 to 249 of a-z A-Z 0-9 . _ -)"
+    if topic in reserved:
+        return f"{topic} is one of the worker's own topics; emit to a topic of your own"
+    for what, data in (("key", key), ("value", value)):
+        if data is not None and not isinstance(data, (bytes, str)):
+            return f"the {what} must be bytes, str or None, not {type(data).__name__}"
+    if not isinstance(headers, (tuple, list)):
+        return f"headers must be (str, bytes) pairs, not {type(headers).__name__}"
+    for header in headers:
+        if (not isinstance(header, (tuple, list)) or len(header) != 2 or not isinstance(header[0], str)
+                or (header[1] is not None and not isinstance(header[1], (bytes, str)))):
+            return f"a header must be a (str, bytes) pair, not {header!r:.100}"
     return None

@@ -52,6 +52,7 @@ class Processing:
         self._decode = codec.decoder()
         self.topics = topics
         self._state_topic = state_topic
+        self._reserved = frozenset(t for t in (state_topic, topics.directory) if t)  # no emits there
         self._dlq = dlq_topic
         self._worker_id = worker_id
         self.ckpt = ckpt
@@ -284,7 +285,7 @@ class Processing:
                 self._refuse_event(event, "handler-error", f"{type(exc).__name__}: {exc}")
                 return
             assert effects is not None
-            refused = check_effects(effects, self.limits, self._state_topic)
+            refused = check_effects(effects, self.limits, self._state_topic, self._reserved)
             if refused is not None:
                 # Kafka would refuse it on every replay: none of the call's effects are applied.
                 log.warning("handler result for %s %s (group %s, offset %d) refused: %s",

@@ -311,7 +311,8 @@ class Worker:
         assert ckpt is not None and processing is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         try:
-            if drain or processing.partial or ckpt.needs_drain():
+            if drain or processing.partial or ckpt.needs_drain() or ckpt.bisecting:  # bisecting: the
+                # calls' effects go in with their input record (what the bisection blames)
                 processing.drain()
             else:
                 processing.settle()

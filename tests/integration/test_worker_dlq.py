@@ -106,3 +106,38 @@ def test_a_result_kafka_would_refuse_is_dead_lettered_whole(settings: Settings, 
     assert sorted(table) == sorted(f"reservation/S{i}" for i in range(10))  # HUGE's write refused too
     outputs = consume_all(settings, out_topic)
     assert sorted(m.key().decode() for m in outputs) == sorted(f"S{i}" for i in range(10))
+
+
+def test_outputs_kafka_cannot_take_are_dead_lettered_not_replayed(settings: Settings, topics: Any) -> None:
+    """A handler (on the pool: its result is applied after later records were taken) emits to
+    a topic name Kafka refuses, with a key that is not bytes, with a malformed header, or
+    into the state topic. Each such event is dead-lettered with what to fix, before anything
+    is produced: no transaction aborts (it once aborted for ever, and the bisection blamed
+    another record), and every other group goes on."""
+    out_topic = f"{settings.input_topic}.out"
+    bad = {"BADNAME": ("no such topic!!", "k", ()), "BADKEY": (out_topic, 42, ()),
+           "BADHDR": (out_topic, "k", (("h", 7),)), "STATE": (settings.state_topic, "reservation/forged", ())}
+    app = App("bad-outputs")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        topic, key, headers = bad.get(event.key, (out_topic, event.key, ()))
+        state.emit(topic, key, b"v", headers)
+
+    events = [("reservation", reservation(f"S{i}", f"LH{i % 3}", 1), "upsert") for i in range(12)]
+    for i, name in enumerate(bad):
+        events.insert(2 + 3 * i, ("reservation", reservation(name, f"LH{i % 3}", 1), "upsert"))
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, concurrency=4, retries=0) as w:
+        wait_accounted([w], n)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (12, 4, 0)
+    letters = read_dlq(settings)
+    assert sorted(d["reason"] for d in letters) == ["handler-error"] * 4
+    errors = " | ".join(d["error"] for d in letters)
+    for want in ("'no such topic!!' is not a Kafka topic name", "the key must be bytes, str or None, not int",
+                 "a header must be a (str, bytes) pair", f"{settings.state_topic} is one of the worker's own topics"):
+        assert want in errors, errors
+    assert sorted(read_table(settings)) == sorted(f"reservation/S{i}" for i in range(12))
+    assert sorted(m.key().decode() for m in consume_all(settings, out_topic)) == sorted(f"S{i}" for i in range(12))
