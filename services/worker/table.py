@@ -144,9 +144,11 @@ class TableApplier:
         old_row = self._unpack(old) if type(old) is bytes else old
         assert old_row is None or isinstance(old_row, Row)
         self.store.put(ekey, new, old_row)
-        if (self._claim is not None and not new.deleted
-                and (old_row is None or old_row.deleted or old_row.group != new.group)):
-            self._claim(self.partition, ekey, new.group, new.version, False)
+        # Claimed where the entity appears, changes group, or is deleted in a group it was
+        # not known in here: it may be live in another partition, which must hear of it.
+        if self._claim is not None and moved_to is None and (
+                old_row is None or old_row.group != new.group or (old_row.deleted and not new.deleted)):
+            self._claim(self.partition, ekey, new.group, new.version, new.deleted)
         if new.deleted or self._headers:
             headers = state_headers(ekey[: ekey.find(b"/")], new.group.encode(), new.version)
             self._out.produce(self._topic, new.value, ekey, self.partition, headers)

@@ -76,10 +76,12 @@ def _observed(settings: Settings) -> tuple[dict[str, tuple[int, str | None]], di
 
 
 def _settled(settings: Settings, want: dict[str, tuple[int, str | None]]) -> bool:
+    """Alive exactly as ``want`` says, each live in one partition, and no copy of an entity
+    live anywhere once its winning version is a delete."""
     observed, live = _observed(settings)
     alive = {k: v for k, v in observed.items() if v[1] is not None}
     return alive == {k: v for k, v in want.items() if v[1] is not None} \
-        and all(len(ps) == 1 for ps in live.values())
+        and all(len(ps) == 1 for ps in live.values()) and set(live) == set(alive)
 
 
 def _workers(settings: Settings, tmp_path: Path, n: int) -> list[WorkerProcess]:
@@ -134,7 +136,8 @@ def test_rebookings_across_partitions_under_a_kill(settings: Settings, topics: A
     assert moved_out, "rebookings must remove entities from their old flights"
 
 
-@pytest.mark.parametrize("race", ["newer-in-old-group", "older-late-in-old-group", "back-and-forth"])
+@pytest.mark.parametrize("race", ["newer-in-old-group", "older-late-in-old-group", "back-and-forth",
+                                  "deleted-in-another-group"])
 def test_move_out_racing_updates_in_the_old_group(settings: Settings, topics: Any, tmp_path: Path,
                                                   race: str) -> None:
     """The move-out travels through the directory while the old group goes on: the version
@@ -146,8 +149,10 @@ def test_move_out_racing_updates_in_the_old_group(settings: Settings, topics: An
         ops += [("E1", b, 2, False), ("E1", a, 3, False), ("E2", b, 2, False), ("E2", a, 3, True)]
     elif race == "older-late-in-old-group":  # moved to b at v5, an older update in a comes later
         ops += [("E1", b, 5, False), ("E1", a, 4, False), ("E2", b, 5, False), ("E2", a, 2, True)]
-    else:  # a -> b -> a -> b
+    elif race == "back-and-forth":  # a -> b -> a -> b
         ops += [("E1", b, 2, False), ("E1", a, 3, False), ("E1", b, 4, False), ("E3", b, 9, False)]
+    else:  # deleted in a group it never was in: its copy in a goes (it stayed live there once)
+        ops += [("E1", b, 2, True), ("E3", b, 4, True), ("E2", b, 1, True)]
     want = _reference(ops)
     workers = _workers(settings, tmp_path, 2)
     for w in workers:
@@ -164,6 +169,7 @@ def test_move_out_racing_updates_in_the_old_group(settings: Settings, topics: An
     assert {k: v for k, v in observed.items() if v[1] is not None} == \
         {k: v for k, v in want.items() if v[1] is not None}
     assert all(len(ps) == 1 for ps in live.values()), live
+    assert set(live) == {k for k, v in want.items() if v[1] is not None}, live
 
 
 def test_forged_directory_records_neither_stop_the_owner_nor_misplace_entities(
