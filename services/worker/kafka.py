@@ -320,6 +320,9 @@ class WorkerConsumer:
     def assign_more(self, partitions: list[TopicPartition]) -> None:
         self._consumer.incremental_assign(partitions)
 
+    def unassign_some(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.incremental_unassign(partitions)
+
     def pause(self, partitions: list[TopicPartition]) -> None:
         self._consumer.pause(partitions)
 

@@ -33,11 +33,12 @@ from services.worker.app import App, Event, load_app, table_handler
 from services.worker.assignment import Assignment, Topics
 from services.worker.calls import HandlerCalls
 from services.worker.checkpoint import Checkpoint, Outcome
-from services.worker.clients import KafkaClients, consumer_config, needed_access, producer_config
+from services.worker.clients import KafkaClients, needed_access, producer_config
 from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
+from services.worker.linked import LinkedConsumer, worker_consumer
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.pacing import PAUSE_S, SMALL, EarlySend, caught_up, settle_gc
@@ -132,7 +133,7 @@ class Worker:
         clients = self.clients
         names, need = needed_access(s, self.topics, registry=self.sink is not None, parked=o.on_failure == "park")
         self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
-        self.consumer = clients.consumer(consumer_config(o, self.group_id))  # after the checks: a
+        self.consumer = worker_consumer(clients, o, self.group_id, self.topics)  # after the checks: a
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)  # refusal makes none
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
@@ -171,9 +172,9 @@ class Worker:
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
-        rebalance = Rebalance(self.assignment, lambda: self.checkpoint(drain=True), self._abort_lost)
-        topics = [t for t in (self.topics.input, self.topics.directory) if t]
-        self.consumer.subscribe(topics, on_assign=rebalance.on_assign,
+        rebalance = Rebalance(self.assignment, lambda: self.checkpoint(drain=True), self._abort_lost,
+                              self.consumer if isinstance(self.consumer, LinkedConsumer) else None)
+        self.consumer.subscribe([self.topics.input], on_assign=rebalance.on_assign,  # the directory: linked
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
     def _parking_of(self, topic: str) -> Parking | None:
@@ -311,8 +312,7 @@ class Worker:
         assert ckpt is not None and processing is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         try:
-            if drain or processing.partial or ckpt.needs_drain() or ckpt.bisecting:  # bisecting: the
-                # calls' effects go in with their input record (what the bisection blames)
+            if drain or processing.partial or ckpt.needs_drain() or ckpt.bisecting:  # bisecting: calls' effects with their input
                 processing.drain()
             else:
                 processing.settle()

@@ -165,6 +165,12 @@ class FakeConsumer:
     def assign_more(self, partitions: list[Any]) -> None:
         pass
 
+    def unassign_some(self, partitions: list[Any]) -> None:
+        pass
+
+    def partition_count(self, topic: str, timeout: float) -> int | None:
+        return None  # not known: a worker takes no directory partitions here
+
     def pause(self, partitions: list[Any]) -> None:
         self.paused |= {(tp.topic, tp.partition) for tp in partitions}
 

@@ -87,8 +87,8 @@ def test_a_worker_refused_after_its_clients_exist_closes_them(tmp_path: Path) ->
     with pytest.raises(WorkerError) as caught:
         w.run()
     assert caught.value is denied
-    assert clients.made == ["consumer", "producer"]
-    assert clients.consumer_closes == 1
+    assert clients.made == ["consumer", "consumer", "producer"]  # the input's, the directory's
+    assert clients.consumer_closes == 2  # both (one fake here)
     assert clients.fake_producer.closed == 1
     assert w.consumer is None
 
@@ -98,7 +98,7 @@ def test_a_stopped_worker_closes_its_producer_last(tmp_path: Path) -> None:
     w = _worker(tmp_path, clients)
     runner = threading.Thread(target=w.run)
     runner.start()
-    clients_made = lambda: clients.made == ["consumer", "producer"]  # noqa: E731
+    clients_made = lambda: clients.made == ["consumer", "consumer", "producer"]  # noqa: E731
     for _ in range(200):
         if clients_made() and clients.fake_consumer.callbacks:
             break
@@ -106,7 +106,7 @@ def test_a_stopped_worker_closes_its_producer_last(tmp_path: Path) -> None:
     w.stop()
     runner.join(10)
     assert not runner.is_alive()
-    assert clients.consumer_closes == 1
+    assert clients.consumer_closes == 2  # the input's and the directory's consumer (one fake here)
     assert clients.fake_producer.closed == 1
     with pytest.raises(RuntimeError, match="closed"):  # nothing may send after it
         clients.fake_producer.produce("state", b"v", b"k")

@@ -1,0 +1,143 @@
+"""The worker's consumer of its two topics: the input, shared out by the consumer group, and
+the entity directory, whose partitions follow the input's.
+
+Subscribed together in one group, the two topics were balanced as one pool of partitions
+(cooperative-sticky balances each member's count, not each topic's): a worker that joined
+second got every directory partition and no input partition, and processed no event. Only
+the input topic is subscribed now. Directory partition ``d`` belongs to the owner of input
+partition ``d % N`` (N: the input's partition count when the worker first needs it) and is
+assigned, with the input partition and after it, to a second consumer that never joins the
+group. Its offsets are still committed under the group, in the worker's transaction, so the
+group's generation fences a zombie for both topics.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from services.worker.assignment import Topics
+from services.worker.clients import KafkaClients, consumer_config
+from services.worker.kafka import Record, WorkerConsumer
+from services.worker.options import WorkerOptions
+
+__all__ = ["LinkedConsumer", "worker_consumer"]
+
+log = logging.getLogger(__name__)
+
+
+def worker_consumer(clients: KafkaClients, opts: WorkerOptions, group_id: str, topics: Topics) -> WorkerConsumer:
+    """The worker's consumer: of the input topic in the group, and with the entity directory
+    (if used) a :class:`LinkedConsumer` whose second consumer never joins the group."""
+    main = clients.consumer(consumer_config(opts, group_id))
+    if not topics.directory:
+        return main
+    side = consumer_config(opts, group_id)
+    side.pop("group.instance.id", None)
+    side["client.id"] = f"{opts.worker_id}-directory"
+    return LinkedConsumer(main, clients.consumer(side), topics.input, topics.directory)
+
+
+class LinkedConsumer(WorkerConsumer):
+    """A :class:`services.worker.kafka.WorkerConsumer` to the worker; calls about a partition
+    go to the consumer that has it (``main``: the group's, ``side``: the directory's)."""
+
+    def __init__(self, main: WorkerConsumer, side: WorkerConsumer, input_topic: str,  # noqa: PLW0231
+                 side_topic: str) -> None:
+        self._main = main
+        self._side = side
+        self._input = input_topic
+        self.side_topic = side_topic
+        self._side_parts: set[int] = set()  # directory partitions assigned to ``side``
+        self._counts: tuple[int, int] | None = None  # (input, directory) partition counts
+
+    def linked(self, input_partitions: list[int]) -> list[int]:
+        """The directory partitions that go with these input partitions."""
+        for _ in range(3):  # each asks for up to 10 s
+            if self._counts is not None:
+                break
+            n_in = self._main.partition_count(self._input, timeout=10)
+            n_dir = self._main.partition_count(self.side_topic, timeout=10)
+            if n_in and n_dir:
+                self._counts = (n_in, n_dir)
+        if self._counts is None:  # the brokers did not answer: asked again at the next rebalance
+            log.error("partition counts of %s and %s not known: no directory partitions taken now",
+                      self._input, self.side_topic)
+            return []
+        n_in, n_dir = self._counts
+        owned = set(input_partitions)
+        return [d for d in range(n_dir) if d % n_in in owned]
+
+    def _of(self, topic: str) -> WorkerConsumer:
+        return self._side if topic == self.side_topic else self._main
+
+    # -- the poll loop -------------------------------------------------------------------------
+    def consume(self, n: int, timeout: float = 0) -> list[Record]:
+        msgs: list[Record] = self._main.consume(n, timeout)
+        if self._side_parts:
+            more: list[Record] = self._side.consume(n, 0)
+            if more:
+                return msgs + more if msgs else more
+        return msgs
+
+    def poll(self, timeout: float) -> Record | None:
+        msg: Record | None = self._main.poll(timeout)
+        if msg is None and self._side_parts:
+            more = self._side.consume(1, 0)
+            return more[0] if more else None
+        return msg
+
+    # -- the group: the main consumer's ----------------------------------------------------------
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self._main.subscribe([t for t in topics if t != self.side_topic], **callbacks)
+
+    def group_metadata(self) -> Any:
+        return self._main.group_metadata()
+
+    def committed(self, partitions: list[TopicPartition],
+                  timeout: float) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+        return self._main.committed(partitions, timeout)
+
+    def commit(self, offsets: list[TopicPartition]) -> None:
+        self._main.commit(offsets)  # the group takes offsets of partitions it did not assign
+
+    def partition_count(self, topic: str, timeout: float) -> int | None:
+        return self._main.partition_count(topic, timeout)
+
+    # -- per partition ---------------------------------------------------------------------------
+    def assign_more(self, partitions: list[TopicPartition]) -> None:
+        for topic in {tp.topic for tp in partitions}:
+            tps = [tp for tp in partitions if tp.topic == topic]
+            self._of(topic).assign_more(tps)
+            if topic == self.side_topic:
+                self._side_parts.update(tp.partition for tp in tps)
+
+    def release(self, partitions: list[int]) -> None:
+        """Directory partitions given up (after the commit that covers them)."""
+        gone = [p for p in partitions if p in self._side_parts]
+        if gone:
+            self._side.unassign_some([TopicPartition(self.side_topic, p) for p in gone])
+            self._side_parts.difference_update(gone)
+
+    def seek(self, tp: TopicPartition) -> None:
+        self._of(tp.topic).seek(tp)
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._of(tp.topic).pause([tp])
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._of(tp.topic).resume([tp])
+
+    def watermarks(self, tp: TopicPartition, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        return self._of(tp.topic).watermarks(tp, timeout, cached)
+
+    def position(self, tp: TopicPartition) -> int:
+        return self._of(tp.topic).position(tp)
+
+    def close(self) -> None:
+        self._main.close()  # revokes: the worker commits, then releases the linked partitions
+        self._side.close()
