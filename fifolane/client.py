@@ -32,6 +32,7 @@ from fifolane.errors import ConfigError
 from fifolane.partitioner import partition_for
 from fifolane.query import (
     API,
+    BAD_REQUEST,
     MOVED,
     NOT_FOUND,
     OK,
@@ -233,13 +234,26 @@ class StateClient:
                 if self.monotonic and p in self._seen and "min_position" not in params:
                     q["min_position"] = self._seen[p]
                     q.setdefault("wait_ms", 5000)
+            body: dict[str, Any]
             try:
                 r = self._http.get(url + path, params=q)
-                body = r.json()
-                status = body.get("status", str(r.status_code))
-            except (httpx.HTTPError, ValueError) as exc:
+            except httpx.InvalidURL as exc:  # a key or group too long for a URL: final
+                raise QueryError(f"{path}: the request cannot be sent ({exc}); is the key or group that "
+                                 "long?", status=BAD_REQUEST) from None
+            except httpx.HTTPError as exc:
+                r = None
                 status, body = UNAVAILABLE, {"error": f"{url}: {exc}"}
                 self._routing_stale()
+            if r is not None:
+                try:
+                    body = r.json()
+                    status = body.get("status", str(r.status_code))
+                except ValueError:  # not JSON: a proxy's or the HTTP server's own answer
+                    if 400 <= r.status_code < 500:  # the request itself was refused: final
+                        raise QueryError(f"{url}{path}: HTTP {r.status_code}: {r.text.strip()[:300]}",
+                                         status=BAD_REQUEST) from None
+                    status, body = UNAVAILABLE, {"error": f"{url}: HTTP {r.status_code}: {r.text.strip()[:300]}"}
+                    self._routing_stale()
             if status in (OK, NOT_FOUND):
                 got = body.get("partition")
                 if isinstance(got, int) and isinstance(body.get("position"), int) and not body.get("stale"):

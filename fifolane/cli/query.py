@@ -7,6 +7,7 @@ Both find the workers' query endpoints in the members topic (or take ``--url``) 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -33,12 +34,18 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
                      default=None, help="The endpoint's bearer token (--query-token-file of the workers)."),
         click.option("--ca-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
                      default=None, help="CA certificate to verify the endpoint's TLS certificate."),
-        click.option("--timeout", type=float, default=30.0, show_default=True,
+        click.option("--timeout", type=float, default=30.0, show_default=True, callback=_positive,
                      help="Seconds to keep retrying moved / restoring answers."),
     ]
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise click.BadParameter(f"{value} is not a number of seconds above 0")
+    return value
 
 
 def _client(urls: tuple[str, ...], group_id: str | None, token_file: Path | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx
@@ -129,6 +130,31 @@ def test_client_raises_on_timeout_answer_and_gives_up_after_its_timeout() -> Non
         with pytest.raises(QueryError, match="still unavailable after 0s") as info:
             client.get("reservation", "R1", group=g0)
         assert info.value.status == "unavailable"
+
+
+def test_client_reports_a_refused_request_at_once_not_after_its_timeout() -> None:
+    """A plain-text 400 (the HTTP server's own answer to a key over its limits) is final,
+    and so is a URL too long to send: neither is retried until the timeout."""
+    g0 = _group_on(0)
+    log: list[str] = []
+
+    def handle(req: httpx.Request) -> httpx.Response:
+        log.append(req.url.path)
+        if req.url.path == "/v1/routing":
+            return httpx.Response(200, json={"input_partitions": 3, "directory_partitions": 0,
+                                             "partitions": {"0": {"owner": "a", "url": "http://a"}},
+                                             "members": [{"worker": "a", "url": "http://a"}]})
+        return httpx.Response(400, text="Bad Request: request line too long")
+
+    with StateClient(["http://a"], transport=httpx.MockTransport(handle), timeout=30) as client:
+        t0 = time.monotonic()
+        with pytest.raises(QueryError, match="HTTP 400: Bad Request: request line too long") as info:
+            client.get("reservation", "R" * 9000, group=g0)
+        assert info.value.status == "bad_request" and time.monotonic() - t0 < 5
+        assert sum("entities" in x for x in log) == 1
+        with pytest.raises(QueryError, match="cannot be sent") as info:
+            list(client.scan("F" * 70_000))
+        assert info.value.status == "bad_request"
 
 
 def test_a_write_without_entity_rows_takes_the_view_again_for_scans(tmp_path: Any) -> None:
