@@ -27,6 +27,7 @@ Order of the notifications of one change: leaving or staying in views (``removed
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -50,6 +51,8 @@ from listeners.plan import (
 )
 
 __all__ = ["KINDS", "Change", "ListenerLike", "ListenerSet", "ListenerStats", "Notification"]
+
+log = logging.getLogger(__name__)
 
 #: CPU seconds one CEL evaluation may take before it counts against its listeners.
 BUDGET_S = 0.05
@@ -382,5 +385,9 @@ def _notification(fields: tuple[str, str, Mapping[str, Any] | None]) -> Notifica
 
 
 def _count_error(lst: Listener, exc: EvaluationError) -> None:
-    lst.stats.errors += 1
-    lst.stats.last_error = str(exc)
+    st = lst.stats
+    st.errors += 1
+    st.last_error = str(exc)
+    if st.errors == 1 or st.errors % 10_000 == 0:  # the first, then now and then: not a line a change
+        log.warning("listener %r: evaluation failed (%d time(s) on this worker; the change is not "
+                    "notified), last: %s", lst.name, st.errors, exc)

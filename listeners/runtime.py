@@ -264,7 +264,7 @@ class ListenerRuntime:
         f = self._follower
         return {
             "listeners_active": len(self._active),
-            "listeners_suspended": len(self._suspended),
+            "listeners_suspended": len(self._suspended), "listener_errors": sum(self.listeners.stats(n).errors for n in self._active),
             "listener_notifications": self.live_sent + self.snapshots.sent,
             "listener_notifications_too_large": self._notifier.too_large if self._notifier else 0,
             "listener_snapshots_pending": len(self.snapshots.pending),

@@ -116,6 +116,19 @@ def test_runtime_errors_are_counted_and_others_still_match() -> None:
     assert ls.stats("good").errors == 0 and ls.stats("good").notifications == 1
 
 
+def test_runtime_errors_are_logged_first_and_then_now_and_then(caplog: Any) -> None:
+    """Registered fine, failing on every change: the worker says so (once, then every
+    10,000th), instead of a silent listener."""
+    ls = ListenerSet()
+    ls.add(ListenerSpec(name="bad", filter="value.missing > 1"))
+    with caplog.at_level("WARNING", logger="listeners.matcher"):
+        for i in range(3):
+            ls.match(change(res(i), None))
+    assert ls.stats("bad").errors == 3
+    lines = [r.getMessage() for r in caplog.records if "'bad'" in r.getMessage()]
+    assert len(lines) == 1 and "evaluation failed (1 time(s)" in lines[0] and "missing" in lines[0]
+
+
 def test_transition_filters_use_event_semantics() -> None:
     ls = ListenerSet()
     ls.add(
