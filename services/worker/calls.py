@@ -170,10 +170,12 @@ class _HandlerThreads:
 def _collect(state: CallState, result: Any) -> None:
     if result is None:
         return
+    if isinstance(result, (dict, str, bytes)) or not (isinstance(result, Output) or hasattr(result, "__iter__")):
+        raise AppError(f"a handler may return None, an Output or Outputs, got {type(result).__name__}")
     outputs = [result] if isinstance(result, Output) else list(result)
     for out in outputs:
         if not isinstance(out, Output):
-            raise AppError(f"a handler may return None or Output records, got {type(out).__name__}")
+            raise AppError(f"a handler may return None, an Output or Outputs, got a {type(out).__name__} among them")
         state.effects.outputs.append(out)
 
 

@@ -606,15 +606,18 @@ def test_a_returned_output_kafka_cannot_take_is_dead_lettered_not_a_crash(tmp_pa
         assert event.value is not None
         state.put("reservation", event.value)
         return {"R1": Output("out", "k", b"v", (("h", 7),)),  # type: ignore[arg-type]
-                "R2": Output("out", 42, b"v")}.get(event.key, Output("out", event.key, b"v"))  # type: ignore[arg-type]
+                "R2": Output("out", 42, b"v"),  # type: ignore[arg-type]
+                "R4": {"topic": "out"}}.get(event.key, Output("out", event.key, b"v"))
 
-    w, clients = _worker(tmp_path, app)
-    w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F1", 1), _msg(0, 102, "R3", "F2", 1)])
+    w, clients = _worker(tmp_path, app, retries=0)
+    w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F1", 1), _msg(0, 102, "R3", "F2", 1),
+            _msg(0, 103, "R4", "F3", 1)])
     w.checkpoint()
-    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (1, 2, 0)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (1, 3, 0)
     dead = [dict(h) for t, _v, _k, _p, h in clients.fake_producer.records if t == "dlq"]
-    assert [d["fifolane.dlq.reason"] for d in dead] == [b"handler-error"] * 2
+    assert [d["fifolane.dlq.reason"] for d in dead] == [b"handler-error"] * 3
     assert b"a header must be a (str, bytes) pair" in dead[0]["fifolane.dlq.error"]
     assert b"the key must be bytes, str or None, not int" in dead[1]["fifolane.dlq.error"]
+    assert b"may return None, an Output or Outputs, got dict" in dead[2]["fifolane.dlq.error"]
     assert [k for t, _v, k, _p, _h in clients.fake_producer.records if t == "out"] == ["R3"]
     assert _state(clients) == [(b"reservation/R3", 1)]
