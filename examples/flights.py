@@ -3,7 +3,9 @@
 Run it with ``fifolane worker --app examples.flights:app``.
 
 A reservation is CONFIRMED when the flight still has room for its seats, otherwise
-REJECTED; a cancellation (state CANCELLED) or a delete gives its seats back. That is only
+REJECTED; a cancellation (state CANCELLED) or a delete gives its seats back. A rebooking (the
+same reservation in another flight, at a higher version) gives the old flight its seats back:
+the worker calls this handler with a delete there when the reservation leaves it. That is only
 correct if the reservations of one flight are handled one at a time and in arrival order:
 exactly what the FIFO group (``flight_number``) guarantees, while different flights are
 handled concurrently. Seats sold are kept in a ``flight_load`` entity of the flight's group.
@@ -68,8 +70,12 @@ def on_reservation(event: Event, state: GroupState) -> None:
 def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, dict[str, Any]]:
     """The expected table after ``(type, record, op)`` events, handled one by one in order.
 
-    Applies the same stale-drop (version per entity) as the worker. Returns entity key
-    (``type/key``) -> record for live entities.
+    Applies the same stale-drop (version per entity) as the worker. A reservation that comes
+    in another flight than the one it is live on (a rebooking, or a delete sent there) first
+    leaves its old flight, as the worker's move-out does: a delete there, which gives its seats
+    back. (The worker runs flights concurrently, and the move-out reaches the old flight a
+    moment later: with a full old flight, a booking there in that moment can differ.)
+    Returns entity key (``type/key``) -> record for live entities.
     """
     table: dict[str, dict[str, Any]] = {}
     versions: dict[str, int] = {}
@@ -86,6 +92,9 @@ def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, di
                 table[ekey] = record
             continue
         group = record["flight_number"]
+        moved = table.get(ekey)
+        if moved is not None and moved["flight_number"] != group:
+            _leave(table, ekey, moved)
         lkey = f"flight_load/{group}"
         load = table.get(lkey)
         sold = load["seats_sold"] if load else 0
@@ -102,3 +111,17 @@ def reference(events: Iterable[tuple[str, dict[str, Any], str]]) -> dict[str, di
         if new_sold != sold or rejected or load is None:
             table[lkey] = _load(group, load, new_sold, capacity, rejected)
     return table
+
+
+def _leave(table: dict[str, dict[str, Any]], ekey: str, res: dict[str, Any]) -> None:
+    """The move-out of a reservation from its flight: what :func:`on_reservation` does with a
+    delete there."""
+    group = res["flight_number"]
+    lkey = f"flight_load/{group}"
+    load = table.get(lkey)
+    sold = load["seats_sold"] if load else 0
+    flight = table.get(f"flight/{group}")
+    del table[ekey]
+    new_sold = sold - (res["seats"] if res["state"] == "CONFIRMED" else 0)
+    if new_sold != sold or load is None:
+        table[lkey] = _load(group, load, new_sold, flight["capacity"] if flight else None, 0)

@@ -15,7 +15,7 @@ from typing import Any
 
 from fifolane.errors import AppError
 from services.worker.app import Event, HandlerSpec, Output
-from services.worker.effects import CallState, Effects
+from services.worker.effects import CallState, Effects, Write
 from services.worker.records import RecordCache
 from services.worker.state import PartitionStore
 
@@ -53,12 +53,16 @@ class HandlerCalls:
     def _state(self, event: Event, store: PartitionStore) -> CallState:
         return CallState(event, store, self._encoder, self.catalog, self.records)
 
-    def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore, timed: bool = True) -> Result:
-        """Call a sync handler; ``timed=False`` (inline calls): its seconds are reported as 0."""
+    def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore, timed: bool = True,
+                  seed: dict[bytes, Write] | None = None) -> Result:
+        """Call a sync handler; ``timed=False`` (inline calls): its seconds are reported as 0.
+        ``seed``: writes the call starts with (what its reads see first)."""
         attempt = 0
         t0 = time.perf_counter() if timed else 0.0
         while True:
             state = CallState(event, store, self._encoder, self.catalog, self.records)
+            if seed:
+                state.effects.writes.update(seed)
             try:
                 result = spec.fn(event, state)
                 if result is not None:

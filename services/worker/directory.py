@@ -35,6 +35,7 @@ group's committed offset, since the topic is both their input and their changelo
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import struct
@@ -160,13 +161,18 @@ class MoveOut(NamedTuple):
     version: int
     to_group: str
     to_deleted: bool
+    #: the copy's encoded value when the new group's write replaced it in the same partition
+    #: (the old group's app handler reads it: services/worker/moveouts.py); None otherwise
+    copy: bytes | None = None
 
 
 def move_out_record(move: MoveOut) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
     """Key, value and headers of a move-out input record."""
-    value = json.dumps({"key": move.key.decode(), "version": move.version, "to": move.to_group,
-                        "to_deleted": move.to_deleted}, separators=(",", ":")).encode()
-    return move.group.encode(), value, [(CONTROL_HEADER, MOVE_OUT)]
+    fields: dict[str, Any] = {"key": move.key.decode(), "version": move.version, "to": move.to_group,
+                              "to_deleted": move.to_deleted}
+    if move.copy is not None:
+        fields["copy"] = base64.b64encode(move.copy).decode()
+    return move.group.encode(), json.dumps(fields, separators=(",", ":")).encode(), [(CONTROL_HEADER, MOVE_OUT)]
 
 
 def parse_move_out(group: str, value: bytes | None) -> MoveOut | str:
@@ -175,11 +181,13 @@ def parse_move_out(group: str, value: bytes | None) -> MoveOut | str:
         body: Any = json.loads(value or b"")
         key, version, to = body["key"], body["version"], body["to"]
         to_deleted = bool(body.get("to_deleted", False))
-    except (ValueError, KeyError, TypeError) as exc:
+        copy = body.get("copy")
+        copy = None if copy is None else base64.b64decode(copy, validate=True)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"malformed move-out record: {exc}"
     if not isinstance(key, str) or "/" not in key or type(version) is not int or not isinstance(to, str):
         return "malformed move-out record: needs key '<type>/<key>', integer version and group 'to'"
-    return MoveOut(key.encode(), group, version, to, to_deleted)
+    return MoveOut(key.encode(), group, version, to, to_deleted, copy)
 
 
 class DirectoryApplier:

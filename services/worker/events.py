@@ -21,13 +21,14 @@ from services.worker.app import App, Event, HandlerSpec, table_handler
 from services.worker.assignment import Topics
 from services.worker.calls import HandlerCalls, Result
 from services.worker.checkpoint import Checkpoint
-from services.worker.directory import DirectoryApplier, MoveOut, move_out
+from services.worker.directory import DirectoryApplier
 from services.worker.dlq import dead_letter
 from services.worker.effects import Effects, check_effects
 from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
+from services.worker.moveouts import apply_move_out, displaced_move_out
 from services.worker.parking import Parking
 from services.worker.release import Releases
 from services.worker.scheduler import GroupScheduler
@@ -240,18 +241,9 @@ class Processing:
                                "over the bytes the state topic takes")
 
     def _move_out(self, table: TableApplier, event: Event) -> None:
-        assert event.value is not None
-        claim = self._claim  # None: a worker run --no-directory meets a directory's move-out
-
-        def claim_here(ekey: bytes, group: str, version: int, deleted: bool) -> None:
-            if claim is not None:
-                claim(event.partition, ekey, group, version, deleted)
-
-        move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
-                       bool(event.value["to_deleted"]))
-        removed = move_out(table, move, event.partition, event.offset, event.timestamp, claim_here)
-        self.stats.processed += 1
-        self.stats.moves_applied += int(removed)
+        spec = self._spec_of(event.type)  # the old group's handler hears of it: services/worker/moveouts.py
+        apply_move_out(self, table, event, spec if spec.fn is not table_handler and not spec.is_async
+                       and event.type not in self._staged else None, self._claim)
 
     # ------------------------------------------------------------------ handler results
     def pump(self, block: bool) -> None:
@@ -328,7 +320,8 @@ class Processing:
         ckpt = self.ckpt
         if not ckpt.is_open:
             ckpt.open()
-        write = self.tables[event.partition].write
+        table = self.tables[event.partition]
+        write = table.write
         own = event.entity_key if event.stage is not None else None
         offset, ts = event.offset, event.timestamp
         writes = effects.writes
@@ -338,6 +331,8 @@ class Processing:
             # refused what is too large: each write is applied or stale)
             applied += write(ekey, Row(w.version, w.value is None, w.group, w.value), w.record,
                              offset, ts, same_version=ekey == own) == APPLIED
+            if table.displaced is not None:  # its old group (this partition) hears of it: moveouts.py
+                displaced_move_out(self, table, event, ekey, w)
         stats = self.stats
         stats.state_writes += applied
         stats.writes_superseded += len(writes) - applied

@@ -129,5 +129,6 @@ def _control_event(msg: Any, control: bytes, value: bytes | None,
     if isinstance(move, str):
         return Rejected("undecodable", move)
     type_name, _, key = move.key.decode().partition("/")
-    return Event(type_name, key, group, move.version, "move-out", {"to": move.to_group, "to_deleted": move.to_deleted},
+    return Event(type_name, key, group, move.version, "move-out",
+                 {"to": move.to_group, "to_deleted": move.to_deleted, "copy": move.copy},
                  msg.partition(), msg.offset(), msg.timestamp()[1], value or b"", headers, group)

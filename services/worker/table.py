@@ -45,7 +45,7 @@ class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
     __slots__ = ("_absent", "_claim", "_db_get", "_group_index", "_headers", "_need_old", "_overlay", "_recent", "_out", "_sink",
-                 "_topic", "_unpack", "partition", "room", "stats", "store")
+                 "_topic", "_unpack", "displaced", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, out: TxnProducer, *, state_topic: str, room: int,
                  stats: Stats, sink: ChangeSink | None = None, claim: Claim | None = None,
@@ -69,6 +69,8 @@ class TableApplier:
         # The previous row itself (not only its version) is needed by a change sink and to
         # keep the group index.
         self._need_old = sink is not None or store.group_index
+        #: the live row of another group that the last :meth:`write` replaced (None: none)
+        self.displaced: Row | None = None
 
     # -- the stale check -----------------------------------------------------------------------
     def prior(self, ekey: bytes, version: int) -> Row | bytes | int | None:
@@ -143,6 +145,8 @@ class TableApplier:
             return TOO_LARGE
         old_row = self._unpack(old) if type(old) is bytes else old
         assert old_row is None or isinstance(old_row, Row)
+        self.displaced = old_row if (old_row is not None and not old_row.deleted and old_row.group != new.group
+                                     and moved_to is None) else None
         self.store.put(ekey, new, old_row)
         # Claimed where the entity appears, changes group, or is deleted in a group it was
         # not known in here: it may be live in another partition, which must hear of it.

@@ -211,3 +211,16 @@ class _Msg:
 
 def restored_row_of(value: bytes) -> Any:
     return restored_row(_Msg(KEY, value), False)  # type: ignore[arg-type]
+
+
+def test_a_move_out_record_carries_the_replaced_copy_and_refuses_a_damaged_one() -> None:
+    from services.worker.directory import MoveOut, move_out_record, parse_move_out
+
+    move = MoveOut(b"reservation/R1", "F1", 7, "F2", False, b"\x00copy-bytes\xff")
+    key, value, headers = move_out_record(move)
+    assert key == b"F1" and parse_move_out("F1", value) == move
+    plain = MoveOut(b"reservation/R1", "F1", 7, "F2", True)
+    assert parse_move_out("F1", move_out_record(plain)[1]) == plain and b"copy" not in move_out_record(plain)[1]
+    for bad in (b'{"key":"reservation/R1","version":7,"to":"F2","copy":"!!"}',
+                b'{"key":"reservation/R1","version":7,"to":"F2","copy":5}'):
+        assert isinstance(parse_move_out("F1", bad), str)

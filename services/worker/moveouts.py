@@ -1,0 +1,103 @@
+"""A move-out meets the app's handler: the old group hears that the entity left.
+
+A group change is a delete in the old group plus an upsert in the new one
+(docs/formats.md, "Group changes"). The new group's handler sees the upsert. The old group's
+copy is removed by the move-out (services/worker/directory.py), which once bypassed the
+app: a flight whose reservation was rebooked onto another flight kept its seats sold. Now,
+when the move-out removes a live copy, the type's own handler is called first with a delete
+of the entity in the old group, at the winning version, on the poll thread (move-outs are
+rare; ``async`` handlers and stage handlers are not called). Its other effects (the flight's
+seats) are applied; its write of the entity itself is left to the move-out, which removes
+the copy (listeners see ``removed`` with ``moved_to``) whatever the handler did. A handler
+that fails is logged and its move-out record dead-lettered (reason ``handler-error``, not
+an input event: counted by its reason only); the copy is removed all the same.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from services.worker.app import Event, HandlerSpec, table_handler
+from services.worker.directory import MoveOut, move_out, move_out_record, wins
+from services.worker.effects import Write, check_effects
+from services.worker.table import Claim, TableApplier
+
+__all__ = ["apply_move_out", "call_for_move_out", "displaced_move_out", "loses_here"]
+
+log = logging.getLogger(__name__)
+
+
+def apply_move_out(proc: Any, table: TableApplier, event: Event, spec: HandlerSpec | None,
+                   claim: Claim | None) -> None:
+    """Apply a move-out record (``event``) in the old group's partition: the handler ``spec``
+    (None: none to call) first if it removes a live copy, then the removal (``claim``: None for
+    a worker run ``--no-directory``, which meets a directory's move-out only from others)."""
+    assert event.value is not None
+
+    def claim_here(ekey: bytes, group: str, version: int, deleted: bool) -> None:
+        if claim is not None:
+            claim(event.partition, ekey, group, version, deleted)
+
+    copy = event.value.get("copy")
+    move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
+                   bool(event.value["to_deleted"]), copy)
+    if spec is not None and (copy is not None or loses_here(table, move)):
+        call_for_move_out(proc, table, event, move, spec)
+    removed = move_out(table, move, event.partition, event.offset, event.timestamp, claim_here)
+    proc.stats.processed += 1
+    proc.stats.moves_applied += int(removed)
+
+
+def loses_here(table: TableApplier, move: MoveOut) -> bool:
+    """Whether the move-out removes a live copy of the entity in its group here (the
+    decision of services.worker.directory.move_out, read without acting)."""
+    old = table.latest(move.key)
+    if old is None or old.deleted or old.group != move.group:
+        return False
+    return not wins((old.version, True, old.group), (move.version, not move.to_deleted, move.to_group))
+
+
+def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOut, spec: HandlerSpec) -> None:
+    """Call ``spec`` (the type's handler) with the delete the move-out makes in the old group
+    and apply its effects but its write of the entity (``proc``: the worker's Processing)."""
+    gone = Event(event.type, event.key, event.group, move.version, "delete", None, event.partition,
+                 event.offset, event.timestamp, event.raw, event.headers, event.group)
+    seed = None
+    if move.copy is not None:  # the copy is no longer in the store: the handler reads this one
+        try:
+            record = proc.calls.decode_value(move.copy)
+        except Exception as bad:  # noqa: BLE001 - a forged or damaged copy: the handler is not called
+            log.warning("move-out of %s %s: its copy cannot be read (%s)", event.type, event.key, bad)
+            return
+        seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, record)}
+    _ev, effects, exc, _retries, _took = proc.calls.call_sync(gone, spec, table.store, False, seed)
+    error = None if exc is None else f"{type(exc).__name__}: {exc}"
+    if effects is not None:
+        effects.writes.pop(move.key, None)  # the move-out removes the copy itself
+        refused = check_effects(effects, proc.limits, proc._state_topic, proc._reserved)
+        if refused is None:
+            proc._apply(gone, effects)
+            return
+        error = refused.error
+    log.warning("handler for %s %s leaving group %s (move-out at offset %d) failed: %s; the copy is "
+                "removed all the same", event.type, event.key, event.group, event.offset, error)
+    proc.dead_letter(event.group.encode(), event.raw, event.headers, proc.topics.input, event.partition,
+                     event.offset, "handler-error", f"on leaving group {event.group}: {error}", counted=False)
+
+
+def displaced_move_out(proc: Any, table: TableApplier, event: Event, ekey: bytes, w: Write) -> None:
+    """A handler's write ``w`` replaced the live copy of another group in this partition
+    (``table.displaced``): if the entity's type has an app handler, that group gets a move-out
+    record carrying the copy, in this transaction, so that its handler hears of it in its own
+    order (the directory's move-out finds the copy gone, and calls nobody)."""
+    old = table.displaced
+    table.displaced = None
+    if old is None or old.value is None:
+        return
+    spec = proc._spec_of(w.type)
+    if spec.fn is table_handler or spec.is_async or w.type in proc._staged:
+        return
+    key, value, headers = move_out_record(MoveOut(ekey, old.group, w.version, w.group, w.value is None, old.value))
+    proc.ckpt.produce(proc.topics.input, value, key, event.partition, headers)
+    proc.stats.moves_sent += 1
