@@ -241,10 +241,22 @@ def _bad_output(topic: Any, key: Any, value: Any, headers: Any, reserved: frozen
     for what, data in (("key", key), ("value", value)):
         if data is not None and not isinstance(data, (bytes, str)):
             return f"the {what} must be bytes, str or None, not {type(data).__name__}"
+        if isinstance(data, str) and not _utf8(data):
+            return f"the {what} is a str that is not UTF-8 encodable (a lone surrogate?): {data!r:.100}"
     if not isinstance(headers, (tuple, list)):
         return f"headers must be (str, bytes) pairs, not {type(headers).__name__}"
     for header in headers:
         if (not isinstance(header, (tuple, list)) or len(header) != 2 or not isinstance(header[0], str)
                 or (header[1] is not None and not isinstance(header[1], (bytes, str)))):
             return f"a header must be a (str, bytes) pair, not {header!r:.100}"
+        if not _utf8(header[0]) or (isinstance(header[1], str) and not _utf8(header[1])):
+            return f"a header is a str that is not UTF-8 encodable (a lone surrogate?): {header!r:.100}"
     return None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -148,10 +148,11 @@ class TableApplier:
         self.displaced = old_row if (old_row is not None and not old_row.deleted and old_row.group != new.group
                                      and moved_to is None) else None
         self.store.put(ekey, new, old_row)
-        # Claimed where the entity appears, changes group, or is deleted in a group it was
-        # not known in here: it may be live in another partition, which must hear of it.
+        # Claimed unless the entity was live here in this group: where it appears, changes
+        # group, or is deleted while not live here (it may be live in another partition, which
+        # must hear of it; a tombstone here may be an earlier move-out's).
         if self._claim is not None and moved_to is None and (
-                old_row is None or old_row.group != new.group or (old_row.deleted and not new.deleted)):
+                old_row is None or old_row.deleted or old_row.group != new.group):
             self._claim(self.partition, ekey, new.group, new.version, new.deleted)
         if new.deleted or self._headers:
             headers = state_headers(ekey[: ekey.find(b"/")], new.group.encode(), new.version)

@@ -105,6 +105,10 @@ def test_an_idle_at_least_once_worker_commits_nothing(settings: Settings, topics
         wait_accounted([w], len(sent), timeout=60)
         wait_until(lambda: committed_input(settings, w.worker.group_id) == len(sent), timeout=30,
                    message="the pause after the burst committed its offsets")
+        # and the burst's directory claims, read back (by the directory's own consumer,
+        # possibly after the input's pause commit) and committed: work, not idleness
+        wait_until(lambda: w.stats.claims == len(sent) and w.committed(), timeout=30,
+                   message=lambda: f"the burst's claims were not taken: {w.stats.claims} of {len(sent)}")
         before = w.stats.commits
         time.sleep(1.5)  # idle: nothing may commit
         idle = w.stats.commits - before

@@ -172,6 +172,27 @@ def test_move_out_racing_updates_in_the_old_group(settings: Settings, topics: An
     assert set(live) == {k for k, v in want.items() if v[1] is not None}, live
 
 
+def test_a_delete_in_a_group_the_entity_was_moved_out_of_removes_its_copy_elsewhere(
+        settings: Settings, topics: Any, tmp_path: Path) -> None:
+    """E1 moves a -> b, and only once a holds the move-out's tombstone does a delete come in
+    a, at a higher version: the copy in b must go (no claim was made for it once)."""
+    a, b = "FA1", next(f"FB{i}" for i in range(10) if zlib.crc32(f"FB{i}".encode()) % 3 != zlib.crc32(b"FA1") % 3)
+    first: list[Op] = [("E1", a, 1, False), ("E1", b, 2, False), ("E2", a, 1, False)]
+    workers = _workers(settings, tmp_path, 1)
+    workers[0].start()
+    try:
+        _send(settings, first)
+        wait_until(lambda: _settled(settings, _reference(first)), timeout=90, interval=0.5,
+                   message=lambda: f"{_observed(settings)}\n{workers[0].log_tail()}")
+        ops = [*first, ("E1", a, 3, True)]
+        _send(settings, ops[3:])
+        wait_until(lambda: _settled(settings, _reference(ops)), timeout=90, interval=0.5,
+                   message=lambda: f"{_observed(settings)}\n{workers[0].log_tail()}")
+    finally:
+        workers[0].kill()
+    assert set(_observed(settings)[1]) == {"reservation/E2"}
+
+
 def test_forged_directory_records_neither_stop_the_owner_nor_misplace_entities(
         settings: Settings, topics: Any, tmp_path: Path) -> None:
     """Records on the directory topic that no worker wrote: a claim of a group longer than a

@@ -116,7 +116,8 @@ def test_outputs_kafka_cannot_take_are_dead_lettered_not_replayed(settings: Sett
     another record), and every other group goes on."""
     out_topic = f"{settings.input_topic}.out"
     bad = {"BADNAME": ("no such topic!!", "k", ()), "BADKEY": (out_topic, 42, ()),
-           "BADHDR": (out_topic, "k", (("h", 7),)), "STATE": (settings.state_topic, "reservation/forged", ())}
+           "BADHDR": (out_topic, "k", (("h", 7),)), "STATE": (settings.state_topic, "reservation/forged", ()),
+           "SURROGATE": (out_topic, "bad\udc80key", ())}
     app = App("bad-outputs")
 
     @app.handler("reservation")
@@ -128,16 +129,17 @@ def test_outputs_kafka_cannot_take_are_dead_lettered_not_replayed(settings: Sett
 
     events = [("reservation", reservation(f"S{i}", f"LH{i % 3}", 1), "upsert") for i in range(12)]
     for i, name in enumerate(bad):
-        events.insert(2 + 3 * i, ("reservation", reservation(name, f"LH{i % 3}", 1), "upsert"))
+        events.insert(2 + 2 * i, ("reservation", reservation(name, f"LH{i % 3}", 1), "upsert"))
     n = send_events(settings, events)
     with WorkerThread(settings, app, concurrency=4, retries=0) as w:
         wait_accounted([w], n)
-    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (12, 4, 0)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (12, 5, 0)
     letters = read_dlq(settings)
-    assert sorted(d["reason"] for d in letters) == ["handler-error"] * 4
+    assert sorted(d["reason"] for d in letters) == ["handler-error"] * 5
     errors = " | ".join(d["error"] for d in letters)
     for want in ("'no such topic!!' is not a Kafka topic name", "the key must be bytes, str or None, not int",
-                 "a header must be a (str, bytes) pair", f"{settings.state_topic} is one of the worker's own topics"):
+                 "a header must be a (str, bytes) pair", f"{settings.state_topic} is one of the worker's own topics",
+                 "the key is a str that is not UTF-8 encodable"):
         assert want in errors, errors
     assert sorted(read_table(settings)) == sorted(f"reservation/S{i}" for i in range(12))
     assert sorted(m.key().decode() for m in consume_all(settings, out_topic)) == sorted(f"S{i}" for i in range(12))
