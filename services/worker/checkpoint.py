@@ -231,15 +231,15 @@ class Checkpoint:
         if win is not None and offset in win.unfinished:
             win.untrack(offset)
 
-    def done_already(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether a replayed record's effects are committed (its commit's metadata said so)."""
+    def replayed(self, topic: str, partition: int, offset: int) -> int:
+        """1: a replayed record's effects are committed; 2: it was counted as consumed; 0: neither."""
         win = self.sources[topic].windows.get(partition)
-        return win is not None and offset in win.skip
+        return 0 if win is None else win.replayed(offset)
 
     def skipping(self, topic: str) -> set[int]:
         """Partitions with replayed records to skip (the fast path leaves them to the general path)."""
         src = self.sources.get(topic)
-        return {p for p, w in src.windows.items() if w.skip} if src is not None else set()
+        return {p for p, w in src.windows.items() if w.skip or w.counted} if src is not None else set()
 
     def needs_drain(self) -> bool:
         """Whether unfinished events span more than a commit's metadata can describe."""
@@ -391,7 +391,7 @@ class Checkpoint:
                     log.info("rewind of %s[%d]: %s", src.topic, p, exc)
             src.next.clear()
             for win in src.windows.values():
-                win.unfinished.clear()  # the calls in flight were forgotten: replayed
+                win.rewound()  # the calls in flight were forgotten: replayed
 
     def _backoff(self) -> None:
         """Wait longer after each consecutive failure, at most 5 s (no hot loop of aborts)."""

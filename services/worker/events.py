@@ -100,10 +100,11 @@ class Processing:
         if p not in self.tables:
             return  # not ours (any more), or not restored yet: replayed once it is
         ckpt.consumed(topic, p, offset)
-        if ckpt.done_already(topic, p, offset):
+        seen = ckpt.replayed(topic, p, offset)
+        if seen == 1:
             self.stats.replay_skipped += 1  # finished after the last committed offset
             return
-        self.stats.consumed += 1
+        self.stats.consumed += seen == 0  # 2: counted by a committed transaction already
         poison = ckpt.poison_of(topic, p, offset)
         if poison is not None:
             self.refuse(msg, "output-refused", poison)

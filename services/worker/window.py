@@ -50,11 +50,30 @@ def decode_skips(committed: int, metadata: str | None) -> set[int]:
 class Window:
     """Unfinished events and already-done offsets of one partition (see the module docstring)."""
 
-    __slots__ = ("skip", "unfinished")
+    __slots__ = ("counted", "skip", "unfinished", "_at_commit")
 
     def __init__(self) -> None:
         self.unfinished: Counter[int] = Counter()
         self.skip: set[int] = set()
+        #: after a rewind: offsets a committed transaction took (and counted) unfinished; their
+        #: replay is processed but not counted as consumed again
+        self.counted: set[int] = set()
+        self._at_commit: set[int] = set()  # the unfinished offsets of the last commit
+
+    def replayed(self, offset: int) -> int:
+        """0: a record not taken before; 1: done already (skip it); 2: taken, unfinished, by
+        a committed transaction (process it, but it was counted)."""
+        if offset in self.skip:
+            return 1
+        if offset in self.counted:
+            self.counted.discard(offset)
+            return 2
+        return 0
+
+    def rewound(self) -> None:
+        """Back to the committed offset: the calls in flight are forgotten (replayed)."""
+        self.unfinished.clear()
+        self.counted = set(self._at_commit)
 
     def track(self, offset: int) -> None:
         self.unfinished[offset] += 1
@@ -92,6 +111,7 @@ class Window:
         the done ones beyond ``nxt`` (see :meth:`commit_point`)."""
         ahead = {o for o in self.skip if o >= nxt}
         self.skip = {o for o in range(offset, nxt) if o not in self.unfinished} | ahead
+        self._at_commit = set(self.unfinished) | {o for o in self.counted if o >= nxt}
 
     def wide(self, nxt: int) -> bool:
         """Whether the unfinished events span more offsets than the metadata can describe."""

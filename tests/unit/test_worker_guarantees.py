@@ -361,6 +361,9 @@ def test_done_offsets_ahead_of_a_replay_stay_done_across_its_commits(tmp_path: P
     w.checkpoint()
     assert calls == ["SLOW", "R4"] and w.stats.replay_skipped == 2
     assert clients.fake_producer.offsets[-1] == [("in", 0, 104), ("in", 1, 200)]
+    # SLOW was counted as consumed by the first commit (unfinished then): not again on its replay
+    s = w.stats
+    assert s.consumed == s.processed + s.superseded + s.dead_lettered == 4
     w.calls.shutdown()
 
 
