@@ -110,7 +110,7 @@ class Assignment:
             self._announced.difference_update(partitions)
             if self._sink is not None and gone:
                 self._sink.on_release(gone)
-        self._stats.assigned = sorted(self.tables)
+        self._stats.assigned, self._stats.assigned_directory = sorted(self.tables), sorted(self.directories)
 
     def restore_again(self, topic: str, partition: int) -> None:
         """A partition whose local state fell behind (another worker processed it meanwhile)."""
@@ -153,7 +153,7 @@ class Assignment:
         restored, self._restored = self._restored, []
         for topic, p in restored:
             self._activate(topic, p)
-        self._stats.assigned = sorted(self.tables)
+        self._stats.assigned, self._stats.assigned_directory = sorted(self.tables), sorted(self.directories)
 
     def _activate(self, topic: str, p: int) -> None:
         base = self._ckpt.base_of(topic, p)

@@ -14,6 +14,7 @@ group's generation fences a zombie for both topics.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -55,18 +56,18 @@ class LinkedConsumer(WorkerConsumer):
 
     def linked(self, input_partitions: list[int]) -> list[int]:
         """The directory partitions that go with these input partitions."""
-        for _ in range(3):  # each asks for up to 10 s
-            if self._counts is not None:
-                break
+        while self._counts is None:  # without them the directory would go unowned: wait
             n_in = self._main.partition_count(self._input, timeout=10)
             n_dir = self._main.partition_count(self.side_topic, timeout=10)
-            if n_in and n_dir:
+            if n_in is not None and n_dir is not None:
                 self._counts = (n_in, n_dir)
-        if self._counts is None:  # the brokers did not answer: asked again at the next rebalance
-            log.error("partition counts of %s and %s not known: no directory partitions taken now",
-                      self._input, self.side_topic)
-            return []
+            else:
+                log.warning("partition counts of %s and %s not known yet: asking again", self._input,
+                            self.side_topic)
+                time.sleep(1.0)
         n_in, n_dir = self._counts
+        if not n_in:
+            return []
         owned = set(input_partitions)
         return [d for d in range(n_dir) if d % n_in in owned]
 

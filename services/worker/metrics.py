@@ -69,6 +69,7 @@ class Stats:
     sink: dict[str, float] = field(default_factory=dict)  # the change sink's own metrics
     lag: dict[int, int] = field(default_factory=dict)
     assigned: list[int] = field(default_factory=list)
+    assigned_directory: list[int] = field(default_factory=list)  # directory partitions (linked.py)
     started_at: float = field(default_factory=time.time)
     mark: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

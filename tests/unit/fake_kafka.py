@@ -169,7 +169,7 @@ class FakeConsumer:
         pass
 
     def partition_count(self, topic: str, timeout: float) -> int | None:
-        return None  # not known: a worker takes no directory partitions here
+        return 0  # a worker takes no directory partitions here
 
     def pause(self, partitions: list[Any]) -> None:
         self.paused |= {(tp.topic, tp.partition) for tp in partitions}
