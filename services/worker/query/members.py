@@ -1,8 +1,9 @@
 """Who owns what, and where to ask: the consumer group's assignment plus the members topic.
 
 - Ownership comes from the consumer group (``describe_consumer_groups``): each member's
-  assigned input and directory partitions. A member's client id is ``<worker id>-consumer``
-  (services/worker/clients.py).
+  assigned input partitions, and with them the directory partitions that go with them
+  (``d mod N``: services/worker/linked.py). A member's client id is
+  ``<worker id>-consumer`` (services/worker/clients.py).
 - Query addresses come from the members topic (role ``members``, compacted): each worker
   with ``--query-port`` writes ``<group>/<worker id>`` -> JSON ``{"worker", "group",
   "input_topic", "url", "at"}`` when it starts and a tombstone when it stops cleanly.
@@ -194,11 +195,10 @@ class Roster:
                 if tp.topic == self._input:
                     owners[tp.partition] = worker
                     mine = True
-                elif tp.topic == self._directory:
-                    dir_owners[tp.partition] = worker
-                    mine = True
             if mine or not tps:
                 members.append(worker)
+        if inputs:  # a directory partition goes with its input partition (services/worker/linked.py)
+            dir_owners = {d: owners[d % inputs] for d in range(dirs) if d % inputs in owners}
         routing = Routing(inputs, dirs, owners, dir_owners, dict(self._urls), tuple(sorted(set(members))),
                           self._replicas, time.monotonic())
         self.routing = routing
