@@ -44,7 +44,14 @@ from typing import Any, NamedTuple
 
 from services.worker.kafka import Record
 from services.worker.metrics import Stats
-from services.worker.state import MAX_GROUP_BYTES, PartitionStore, RestoredRow, Row
+from services.worker.state import (
+    MAX_GROUP_BYTES,
+    MAX_VERSION,
+    MIN_VERSION,
+    PartitionStore,
+    RestoredRow,
+    Row,
+)
 
 __all__ = [
     "CONTROL_HEADER",
@@ -187,6 +194,8 @@ def parse_move_out(group: str, value: bytes | None) -> MoveOut | str:
         return f"malformed move-out record: {exc}"
     if not isinstance(key, str) or "/" not in key or type(version) is not int or not isinstance(to, str):
         return "malformed move-out record: needs key '<type>/<key>', integer version and group 'to'"
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        return f"malformed move-out record: version {version} is not a signed 64-bit integer"
     return MoveOut(key.encode(), group, version, to, to_deleted, copy)
 
 

@@ -181,7 +181,7 @@ class CallState:
 
     def emit(self, topic: Any, key: Any, value: Any, headers: Any = ()) -> None:  # Any: checked here
         try:
-            hdrs = tuple(headers)
+            hdrs = tuple(tuple(h) if isinstance(h, list) else h for h in headers)  # confluent-kafka: tuples
         except TypeError:
             raise AppError(f"emit(): headers must be (str, bytes) pairs, not {type(headers).__name__}") from None
         bad = _bad_output(topic, key, value, hdrs, frozenset())
@@ -246,7 +246,7 @@ def _bad_output(topic: Any, key: Any, value: Any, headers: Any, reserved: frozen
     if not isinstance(headers, (tuple, list)):
         return f"headers must be (str, bytes) pairs, not {type(headers).__name__}"
     for header in headers:
-        if (not isinstance(header, (tuple, list)) or len(header) != 2 or not isinstance(header[0], str)
+        if (not isinstance(header, tuple) or len(header) != 2 or not isinstance(header[0], str)
                 or (header[1] is not None and not isinstance(header[1], (bytes, str)))):
             return f"a header must be a (str, bytes) pair, not {header!r:.100}"
         if not _utf8(header[0]) or (isinstance(header[1], str) and not _utf8(header[1])):

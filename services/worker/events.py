@@ -74,6 +74,7 @@ class Processing:
         #: events of a later pipeline stage queued or running: their input record's earlier
         #: stages have effects already, so a checkpoint waits for them (no half chain commits)
         self.partial = 0
+        self.leaving = False  # applying a handler's effects on a move-out (services/worker/moveouts.py)
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""

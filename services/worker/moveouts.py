@@ -39,11 +39,13 @@ def apply_move_out(proc: Any, table: TableApplier, event: Event, spec: HandlerSp
         if claim is not None:
             claim(event.partition, ekey, group, version, deleted)
 
-    copy = event.value.get("copy")
     move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
-                   bool(event.value["to_deleted"]), copy)
-    if spec is not None and (copy is not None or loses_here(table, move)):
-        call_for_move_out(proc, table, event, move, spec)
+                   bool(event.value["to_deleted"]), event.value.get("copy"))
+    if spec is not None:
+        copy = _genuine_copy(proc, table, event, move)
+        if copy is not None or loses_here(table, move):
+            call_for_move_out(proc, table, event, move._replace(copy=None if copy is None else move.copy),
+                              spec, copy)
     removed = move_out(table, move, event.partition, event.offset, event.timestamp, claim_here)
     proc.stats.processed += 1
     proc.stats.moves_applied += int(removed)
@@ -58,26 +60,48 @@ def loses_here(table: TableApplier, move: MoveOut) -> bool:
     return not wins((old.version, True, old.group), (move.version, not move.to_deleted, move.to_group))
 
 
-def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOut, spec: HandlerSpec) -> None:
+def _genuine_copy(proc: Any, table: TableApplier, event: Event, move: MoveOut) -> dict[str, Any] | None:
+    """The record of the copy a move-out carries, if it is one this partition replaced: the
+    entity's row here is the new group's, at the move's version or newer, and the copy decodes
+    to this entity of the old group. Anything else (none, forged, damaged) is None."""
+    if move.copy is None:
+        return None
+    row = table.latest(move.key)
+    if row is None or row.group != move.to_group or row.version < move.version:
+        log.warning("move-out of %s %s from %s carries a copy this partition did not replace: ignored",
+                    event.type, event.key, event.group)
+        return None
+    try:
+        record: dict[str, Any] = proc.calls.decode_value(move.copy)
+        et = proc.codec.catalog.entity(event.type)
+        ok = str(et.key_of(record)) == event.key and str(et.group_of(record)) == event.group
+    except Exception as bad:  # noqa: BLE001 - a damaged copy: as if it had none
+        log.warning("move-out of %s %s: its copy cannot be read (%s): ignored", event.type, event.key, bad)
+        return None
+    return record if ok else None
+
+
+def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOut, spec: HandlerSpec,
+                      copy: dict[str, Any] | None = None) -> None:
     """Call ``spec`` (the type's handler) with the delete the move-out makes in the old group
-    and apply its effects but its write of the entity (``proc``: the worker's Processing)."""
+    and apply its effects but its write of the entity (``proc``: the worker's Processing).
+    ``copy``: the entity as it was there, when the store no longer has it."""
     gone = Event(event.type, event.key, event.group, move.version, "delete", None, event.partition,
                  event.offset, event.timestamp, event.raw, event.headers, event.group)
     seed = None
-    if move.copy is not None:  # the copy is no longer in the store: the handler reads this one
-        try:
-            record = proc.calls.decode_value(move.copy)
-        except Exception as bad:  # noqa: BLE001 - a forged or damaged copy: the handler is not called
-            log.warning("move-out of %s %s: its copy cannot be read (%s)", event.type, event.key, bad)
-            return
-        seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, record)}
+    if copy is not None and move.copy is not None:  # the handler reads this one
+        seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, copy)}
     _ev, effects, exc, _retries, _took = proc.calls.call_sync(gone, spec, table.store, False, seed)
     error = None if exc is None else f"{type(exc).__name__}: {exc}"
     if effects is not None:
         effects.writes.pop(move.key, None)  # the move-out removes the copy itself
         refused = check_effects(effects, proc.limits, proc._state_topic, proc._reserved)
         if refused is None:
-            proc._apply(gone, effects)
+            proc.leaving = True  # its writes send no move-out of their own (no chains of them)
+            try:
+                proc._apply(gone, effects)
+            finally:
+                proc.leaving = False
             return
         error = refused.error
     log.warning("handler for %s %s leaving group %s (move-out at offset %d) failed: %s; the copy is "
@@ -94,6 +118,10 @@ def displaced_move_out(proc: Any, table: TableApplier, event: Event, ekey: bytes
     old = table.displaced
     table.displaced = None
     if old is None or old.value is None:
+        return
+    if proc.leaving:  # a handler called for a leave replaced yet another copy: no chain
+        log.warning("a handler called as %s left group %s replaced the copy of %s in group %s: that "
+                    "group's handler is not called", w.key, event.group, ekey.decode(errors="replace"), old.group)
         return
     spec = proc._spec_of(w.type)
     if spec.fn is table_handler or spec.is_async or w.type in proc._staged:

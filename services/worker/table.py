@@ -138,6 +138,7 @@ class TableApplier:
         ``moved_to``: a move-out (services/worker/directory.py), already decided by its own
         rule (which also settles equal versions), so not checked here. ``same_version``: the
         write may have the applied version (a stage handler moving its entity on)."""
+        self.displaced = None
         old = self.prior(ekey, new.version + same_version) if moved_to is None else self.latest(ekey)
         if old is STALE:
             return STALE

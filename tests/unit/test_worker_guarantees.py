@@ -610,17 +610,35 @@ def test_a_returned_output_kafka_cannot_take_is_dead_lettered_not_a_crash(tmp_pa
         state.put("reservation", event.value)
         return {"R1": Output("out", "k", b"v", (("h", 7),)),  # type: ignore[arg-type]
                 "R2": Output("out", 42, b"v"),  # type: ignore[arg-type]
-                "R4": {"topic": "out"}}.get(event.key, Output("out", event.key, b"v"))
+                "R4": {"topic": "out"},
+                "R5": Output("out", "k", b"v", (["h", b"x"],))}.get(event.key, Output("out", event.key, b"v"))  # type: ignore[arg-type]
 
     w, clients = _worker(tmp_path, app, retries=0)
     w.take([_msg(0, 100, "R1", "F0", 1), _msg(0, 101, "R2", "F1", 1), _msg(0, 102, "R3", "F2", 1),
-            _msg(0, 103, "R4", "F3", 1)])
+            _msg(0, 103, "R4", "F3", 1), _msg(0, 104, "R5", "F4", 1)])
     w.checkpoint()
-    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (1, 3, 0)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (1, 4, 0)
     dead = [dict(h) for t, _v, _k, _p, h in clients.fake_producer.records if t == "dlq"]
-    assert [d["fifolane.dlq.reason"] for d in dead] == [b"handler-error"] * 3
+    assert [d["fifolane.dlq.reason"] for d in dead] == [b"handler-error"] * 4
+    assert b"a header must be a (str, bytes) pair" in dead[3]["fifolane.dlq.error"]  # a list: not for Kafka
     assert b"a header must be a (str, bytes) pair" in dead[0]["fifolane.dlq.error"]
     assert b"the key must be bytes, str or None, not int" in dead[1]["fifolane.dlq.error"]
     assert b"may return None, an Output or Outputs, got dict" in dead[2]["fifolane.dlq.error"]
     assert [k for t, _v, k, _p, _h in clients.fake_producer.records if t == "out"] == ["R3"]
     assert _state(clients) == [(b"reservation/R3", 1)]
+
+
+def test_emit_takes_header_pairs_given_as_lists(tmp_path: Path) -> None:
+    """confluent-kafka takes header pairs as tuples only (a list pair stopped the worker with a
+    TypeError): emit() makes them tuples."""
+    app = App("list-headers")
+
+    @app.handler("reservation", inline=True)
+    def handle(event: Event, state: GroupState) -> None:
+        state.emit("out", event.key, b"v", [["h", b"x"], ("i", "y")])
+
+    w, clients = _worker(tmp_path, app)
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    w.checkpoint()
+    assert (w.stats.processed, w.stats.dead_lettered) == (1, 0)
+    assert [h for t, _v, _k, _p, h in clients.fake_producer.records if t == "out"] == [[("h", b"x"), ("i", "y")]]
