@@ -46,7 +46,8 @@ class Rebalance:
         if stale:
             # A static member can be handed the assignment of an earlier incarnation that
             # subscribed to other topics; none of that is ours to process.
-            log.warning("ignoring assigned partitions of other topics: %s", stale)
+            log.warning("ignoring assigned partitions of other topics: %s (another topic set in this consumer "
+                        "group, or an older worker: give each topic set its own --group-id)", stale)
         return out
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
