@@ -38,7 +38,9 @@ def worker_consumer(clients: KafkaClients, opts: WorkerOptions, group_id: str, t
     side = consumer_config(opts, group_id)
     side.pop("group.instance.id", None)
     side["client.id"] = f"{opts.worker_id}-directory"
-    return LinkedConsumer(main, clients.consumer(side), topics.input, topics.directory)
+    linked = LinkedConsumer(main, clients.consumer(side), topics.input, topics.directory)
+    linked.linked([])  # the partition counts, now (outside any callback)
+    return linked
 
 
 class LinkedConsumer(WorkerConsumer):
@@ -57,8 +59,12 @@ class LinkedConsumer(WorkerConsumer):
     def linked(self, input_partitions: list[int]) -> list[int]:
         """The directory partitions that go with these input partitions."""
         while self._counts is None:  # without them the directory would go unowned: wait
-            n_in = self._main.partition_count(self._input, timeout=10)
-            n_dir = self._main.partition_count(self.side_topic, timeout=10)
+            # Asked of the side consumer: this runs inside the main one's rebalance callback,
+            # where a metadata call on the main handle clears its call state, and librdkafka's
+            # next callback in that consume() aborted the process (confluent_kafka.c
+            # CallState_get). ``worker_consumer`` asks once before subscribing anyway.
+            n_in = self._side.partition_count(self._input, timeout=10)
+            n_dir = self._side.partition_count(self.side_topic, timeout=10)
             if n_in is not None and n_dir is not None:
                 self._counts = (n_in, n_dir)
             else:
