@@ -62,12 +62,13 @@ def loses_here(table: TableApplier, move: MoveOut) -> bool:
 
 def _genuine_copy(proc: Any, table: TableApplier, event: Event, move: MoveOut) -> dict[str, Any] | None:
     """The record of the copy a move-out carries, if it is one this partition replaced: the
-    entity's row here is the new group's, at the move's version or newer, and the copy decodes
-    to this entity of the old group. Anything else (none, forged, damaged) is None."""
+    entity has a row here at the move's version or newer (the replacing write's, or a later
+    one's: the entity may have moved on, or back), and the copy decodes to this entity of the
+    old group. Anything else (none, forged, damaged) is None."""
     if move.copy is None:
         return None
     row = table.latest(move.key)
-    if row is None or row.group != move.to_group or row.version < move.version:
+    if row is None or row.version < move.version:
         log.warning("move-out of %s %s from %s carries a copy this partition did not replace: ignored",
                     event.type, event.key, event.group)
         return None

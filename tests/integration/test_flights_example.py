@@ -162,3 +162,27 @@ def test_a_handler_that_takes_another_copy_when_its_entity_leaves_starts_no_chai
         import time
         time.sleep(2)  # nothing more may come
         assert w.stats.moves_sent == settled <= 4, w.stats
+
+
+def test_rebooked_away_and_back_within_a_partition_counts_the_seats_once(settings: Settings, topics: Any) -> None:
+    """R1 on A, then on B, then on A again, A and B in one partition: A handles R1's return
+    before the move-out that tells it R1 left (that record is written when B takes R1, after
+    the return was sent). A gives back the first booking's seats all the same, and B the second's."""
+    import zlib
+
+    a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
+    events: list[tuple[str, dict[str, Any], str]] = [
+        ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
+                    "capacity": 100, "version": 1}, "upsert") for f in (a, b)]
+    events += [("reservation", reservation("R1", a, 1, seats=3), "upsert"),
+               ("reservation", reservation("R1", b, 2, seats=4), "upsert"),
+               ("reservation", reservation("R1", a, 3, seats=5), "upsert")]
+    n = send_events(settings, events)
+
+    def sold() -> dict[str, int]:
+        return {k.split("/", 1)[1]: rec["seats_sold"] for k, (_v, rec) in read_table(settings).items()
+                if rec is not None and k.startswith("flight_load/")}
+
+    with WorkerThread(settings, app, concurrency=4) as w:
+        wait_accounted([w], n)
+        wait_until(lambda: sold() == {a: 5, b: 0} and w.committed(), timeout=60, message=lambda: str(sold()))
