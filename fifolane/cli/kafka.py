@@ -20,8 +20,8 @@ __all__ = ["kafka"]
 _PREFERRED_PORT = 9092
 
 
-def _cluster(brokers: int = 1, secure: bool = False) -> LocalCluster:
-    return LocalCluster(load_settings().home, brokers, preferred_port=_PREFERRED_PORT, secure=secure)
+def _cluster(brokers: int = 1, secure: bool = False, port: int | None = None) -> LocalCluster:
+    return LocalCluster(load_settings().home, brokers, preferred_port=_PREFERRED_PORT, port=port, secure=secure)
 
 
 def _print_secure_settings(cluster: LocalCluster, bootstrap: str, console: Console) -> None:
@@ -56,12 +56,15 @@ def kafka() -> None:
               help="3 = replication factor 3, min ISR 2.")
 @click.option("--timeout", type=float, default=90.0, show_default=True, help="Seconds to wait for the cluster.")
 @click.option("--fresh", is_flag=True, help="Wipe earlier broker data first.")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="The first node's client port (default: 9092 if free, else any free port); "
+                   "an error if it is taken. Earlier data is kept.")
 @click.option("--secure", is_flag=True,
               help="TLS, SASL/SCRAM-SHA-512 users and ACLs (StandardAuthorizer); prints the client settings.")
-def up(brokers: str, timeout: float, fresh: bool, secure: bool) -> None:
+def up(brokers: str, timeout: float, fresh: bool, port: int | None, secure: bool) -> None:
     """Start the cluster (idempotent) and print its bootstrap servers."""
     console = Console(stderr=True)
-    cluster = _cluster(int(brokers), secure)
+    cluster = _cluster(int(brokers), secure, port)
     _fetch_with_progress(cluster, console)
     started = time.monotonic()
     what = "certificates, users and " if secure and not cluster.secure_files.complete() else ""

@@ -89,7 +89,8 @@ class LocalCluster:
 
     ``brokers`` nodes (1 or 3 in practice), each both broker and controller. ``libs`` is the
     jar cache (default ``<home>/kafka/libs``); tests point several homes at one cache.
-    ``preferred_port`` is tried for the first broker (the CLI passes 9092).
+    ``preferred_port`` is tried for the first broker (the CLI passes 9092); ``port`` is the
+    first broker's client port, or a :class:`ClusterError` if it cannot be had.
     """
 
     def __init__(
@@ -99,6 +100,7 @@ class LocalCluster:
         *,
         libs: Path | None = None,
         preferred_port: int | None = None,
+        port: int | None = None,
         heap_mb: int | None = None,
         secure: bool = False,
     ) -> None:
@@ -109,6 +111,9 @@ class LocalCluster:
         self.libs = Path(libs) if libs else self.dir / "libs"
         self.brokers = brokers
         self.preferred_port = preferred_port
+        if port is not None and not 0 < port < 65536:
+            raise ClusterError(f"port must be 1-65535, got {port}")
+        self.port = port
         self.heap_mb = heap_mb or (512 if brokers == 1 else 384)
         self.state_file = self.dir / "cluster.json"
         self._layout_file = self.dir / "layout.json"
@@ -176,6 +181,12 @@ class LocalCluster:
                     raise ClusterError(
                         f"a local Kafka {'with' if not self.secure else 'without'} --secure is running "
                         f"under {self.dir}; run `fifolane kafka down` first"
+                    )
+                if (current.running and self.port is not None and current.brokers
+                        and current.brokers[0].port != self.port):
+                    raise ClusterError(
+                        f"a local Kafka is running under {self.dir} on port {current.brokers[0].port}; "
+                        f"run `fifolane kafka down` first to start it on port {self.port}"
                     )
                 if current.running and len(current.brokers) == self.brokers:
                     return ClusterStatus(
@@ -270,6 +281,13 @@ class LocalCluster:
     def _prepare(self, fresh: bool) -> tuple[list[NodePorts], str]:
         """Choose ports and a cluster id; keep earlier data only if its layout still fits."""
         layout = self._read_json(self._layout_file)
+        if self.port is not None and not port_free("127.0.0.1", self.port):
+            raise ClusterError(f"port {self.port} on 127.0.0.1 is taken: choose another --port, "
+                               f"or stop what listens there")
+        if layout is not None and self.port is not None and layout.get("ports"):
+            # Another client port for the first node: its data stays (the broker registers
+            # its new address when it starts); the controller ports are the quorum's.
+            layout["ports"][0]["broker"] = self.port
         new_users = self.secure and ensure_secure_files(self.secure_files.dir)[1]
         keep = (
             not fresh
@@ -278,6 +296,7 @@ class LocalCluster:
             and layout.get("brokers") == self.brokers
             and layout.get("secure", False) == self.secure
             and all(port_free("127.0.0.1", p) for n in layout["ports"] for p in n.values())
+            and len({p for n in layout["ports"] for p in n.values()}) == 2 * self.brokers
         )
         if keep:
             assert layout is not None
@@ -287,7 +306,7 @@ class LocalCluster:
             # Different size or ports taken: the formatted quorum would not match, start over.
             for node in self.dir.glob("node-*"):
                 shutil.rmtree(node, ignore_errors=True)
-            ports = pick_ports(self.brokers, self.preferred_port)
+            ports = pick_ports(self.brokers, self.port or self.preferred_port, strict=self.port is not None)
             cluster_id = _new_cluster_id()
         for i in range(self.brokers):
             node = self.node_dir(i)

@@ -32,8 +32,9 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def pick_ports(n: int, prefer_first: int | None) -> list[NodePorts]:
-    """2n distinct free ports; the sockets stay bound until all are chosen, so no duplicates."""
+def pick_ports(n: int, prefer_first: int | None, *, strict: bool = False) -> list[NodePorts]:
+    """2n distinct free ports; the sockets stay bound until all are chosen, so no duplicates.
+    ``strict``: the first is ``prefer_first`` or an OSError."""
     with ExitStack() as stack:
         chosen: list[int] = []
         for index in range(2 * n):
@@ -42,6 +43,8 @@ def pick_ports(n: int, prefer_first: int | None) -> list[NodePorts]:
             try:
                 sock.bind(("127.0.0.1", prefer_first if index == 0 and prefer_first else 0))
             except OSError:
+                if strict and index == 0:
+                    raise
                 sock.bind(("127.0.0.1", 0))
             chosen.append(int(sock.getsockname()[1]))
     return [NodePorts(broker=chosen[i], controller=chosen[n + i]) for i in range(n)]
