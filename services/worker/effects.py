@@ -214,7 +214,7 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str,
         if too_large is None and len(ekey) + (len(w.value) if w.value is not None else 0) > room:
             error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
             assert error is not None
-            too_large = Refusal("handler-error", error)
+            too_large = Refusal("too-large", error)  # as an event the table handler writes
     if too_large is not None:
         return too_large
     for out in effects.outputs:

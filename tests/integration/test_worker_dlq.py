@@ -108,6 +108,35 @@ def test_a_result_kafka_would_refuse_is_dead_lettered_whole(settings: Settings, 
     assert sorted(m.key().decode() for m in outputs) == sorted(f"S{i}" for i in range(10))
 
 
+def test_a_state_record_a_handler_makes_too_large_is_dead_lettered_as_too_large(
+        settings: Settings, topics: Any) -> None:
+    """A handler writes a reservation whose customer id is 2 MB: over what the state topic
+    takes. The event is dead-lettered as ``too-large`` (as the table handler's would be),
+    none of its effects are applied, and its group goes on."""
+    out_topic = f"{settings.input_topic}.out"
+    app = App("too-large-state")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        big = event.key == "HUGE"
+        state.put("reservation", {**event.value, "customer_id": "c" * 2_000_000} if big else event.value)
+        state.emit(out_topic, event.key, b"seen")
+
+    events = [("reservation", reservation(f"S{i}", f"LH{i % 2}", 1), "upsert") for i in range(10)]
+    events.insert(5, ("reservation", reservation("HUGE", "LH1", 1), "upsert"))
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, concurrency=4) as w:
+        wait_accounted([w], n)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.aborts) == (10, 1, 0)
+    assert dict(w.stats.dead_letter_reasons) == {"too-large": 1}
+    (letter,) = read_dlq(settings)
+    assert letter["reason"] == "too-large" and "reservation HUGE" in letter["error"]
+    assert letter["key"] == b"LH1"
+    assert sorted(read_table(settings)) == sorted(f"reservation/S{i}" for i in range(10))
+    assert sorted(m.key().decode() for m in consume_all(settings, out_topic)) == sorted(f"S{i}" for i in range(10))
+
+
 def test_outputs_kafka_cannot_take_are_dead_lettered_not_replayed(settings: Settings, topics: Any) -> None:
     """A handler (on the pool: its result is applied after later records were taken) emits to
     a topic name Kafka refuses, with a key that is not bytes, with a malformed header, or

@@ -196,7 +196,7 @@ def test_a_delete_whose_key_kafka_would_refuse_is_refused_before_anything_is_app
     w = Write("reservation", key, "F1", 3, None, None)
     effects.writes[w.entity_key] = w
     refusal = check_effects(effects, limits, "state")
-    assert refusal is not None and refusal.reason == "handler-error"
+    assert refusal is not None and refusal.reason == "too-large"
 
 
 def test_bad_version_still_wins_over_too_large() -> None:
