@@ -111,8 +111,6 @@ class LocalCluster:
         self.libs = Path(libs) if libs else self.dir / "libs"
         self.brokers = brokers
         self.preferred_port = preferred_port
-        if port is not None and not 0 < port < 65536:
-            raise ClusterError(f"port must be 1-65535, got {port}")
         self.port = port
         self.heap_mb = heap_mb or (512 if brokers == 1 else 384)
         self.state_file = self.dir / "cluster.json"
@@ -182,12 +180,9 @@ class LocalCluster:
                         f"a local Kafka {'with' if not self.secure else 'without'} --secure is running "
                         f"under {self.dir}; run `fifolane kafka down` first"
                     )
-                if (current.running and self.port is not None and current.brokers
-                        and current.brokers[0].port != self.port):
-                    raise ClusterError(
-                        f"a local Kafka is running under {self.dir} on port {current.brokers[0].port}; "
-                        f"run `fifolane kafka down` first to start it on port {self.port}"
-                    )
+                if current.running and current.brokers and self.port not in (None, current.brokers[0].port):
+                    raise ClusterError(f"a local Kafka is running under {self.dir} on port {current.brokers[0].port}; "
+                                       f"run `fifolane kafka down` first to start it on port {self.port}")
                 if current.running and len(current.brokers) == self.brokers:
                     return ClusterStatus(
                         running=True,
