@@ -50,8 +50,11 @@ class HandlerCalls:
         """The record of an entity value (the handler's own copy)."""
         return self.records.read(data)
 
-    def _state(self, event: Event, store: PartitionStore) -> CallState:
-        return CallState(event, store, self._encoder, self.catalog, self.records)
+    def _state(self, event: Event, store: PartitionStore, seed: dict[bytes, Write] | None) -> CallState:
+        state = CallState(event, store, self._encoder, self.catalog, self.records)
+        if seed:
+            state.effects.writes.update(seed)
+        return state
 
     def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore, timed: bool = True,
                   seed: dict[bytes, Write] | None = None) -> Result:
@@ -60,9 +63,7 @@ class HandlerCalls:
         attempt = 0
         t0 = time.perf_counter() if timed else 0.0
         while True:
-            state = CallState(event, store, self._encoder, self.catalog, self.records)
-            if seed:
-                state.effects.writes.update(seed)
+            state = self._state(event, store, seed)
             try:
                 result = spec.fn(event, state)
                 if result is not None:
@@ -76,11 +77,12 @@ class HandlerCalls:
                 time.sleep(self.backoff * (2**attempt))
                 attempt += 1
 
-    async def call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> Result:
+    async def call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore,
+                         seed: dict[bytes, Write] | None = None) -> Result:
         attempt = 0
         t0 = time.perf_counter()
         while True:
-            state = self._state(event, store)
+            state = self._state(event, store, seed)
             try:
                 _collect(state, await spec.fn(event, state))
                 return event, state.effects, None, attempt, time.perf_counter() - t0
@@ -89,6 +91,18 @@ class HandlerCalls:
                     return event, None, exc, attempt, time.perf_counter() - t0
                 await asyncio.sleep(self.backoff * (2**attempt))
                 attempt += 1
+
+    def call_now(self, event: Event, spec: HandlerSpec, store: PartitionStore,
+                 seed: dict[bytes, Write] | None = None) -> Result:
+        """Call ``spec`` and wait for its result, sync or async (an entity leaving its group:
+        services/worker/moveouts.py); ``seed`` as in :meth:`call_sync`."""
+        if not spec.is_async:
+            return self.call_sync(event, spec, store, False, seed)
+        future = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store, seed), self._async_loop())
+        try:
+            return future.result()
+        except BaseException as exc:  # noqa: BLE001 - as in _done: the call itself broke
+            return event, None, exc, 0, 0.0
 
     def submit(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> None:
         """Start a call in the background; its result arrives on :attr:`completions`."""

@@ -244,7 +244,7 @@ class Processing:
 
     def _move_out(self, table: TableApplier, event: Event) -> None:
         spec = self._spec_of(event.type)  # the old group's handler hears of it: services/worker/moveouts.py
-        apply_move_out(self, table, event, spec if spec.fn is not table_handler and not spec.is_async
+        apply_move_out(self, table, event, spec if spec.fn is not table_handler
                        and event.type not in self._staged else None, self._claim)
 
     # ------------------------------------------------------------------ handler results

@@ -92,7 +92,7 @@ def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOu
     seed = None
     if copy is not None and move.copy is not None:  # the handler reads this one
         seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, copy)}
-    _ev, effects, exc, _retries, _took = proc.calls.call_sync(gone, spec, table.store, False, seed)
+    _ev, effects, exc, _retries, _took = proc.calls.call_now(gone, spec, table.store, seed)
     error = None if exc is None else f"{type(exc).__name__}: {exc}"
     if effects is not None:
         effects.writes.pop(move.key, None)  # the move-out removes the copy itself
@@ -125,7 +125,7 @@ def displaced_move_out(proc: Any, table: TableApplier, event: Event, ekey: bytes
                     "group's handler is not called", w.key, event.group, ekey.decode(errors="replace"), old.group)
         return
     spec = proc._spec_of(w.type)
-    if spec.fn is table_handler or spec.is_async or w.type in proc._staged:
+    if spec.fn is table_handler or w.type in proc._staged:
         return
     key, value, headers = move_out_record(MoveOut(ekey, old.group, w.version, w.group, w.value is None, old.value))
     proc.ckpt.produce(proc.topics.input, value, key, event.partition, headers)

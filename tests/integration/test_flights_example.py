@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 from datetime import date
 from typing import Any
@@ -10,8 +11,9 @@ import pytest
 from kafka_fixtures import wait_until
 from worker_support import WorkerThread, read_table, reservation, send_events, wait_accounted
 
-from examples.flights import app, reference
+from examples.flights import app, on_reservation, reference
 from fifolane.config import Settings
+from services.worker import App, Event, GroupState
 
 pytestmark = pytest.mark.integration
 
@@ -48,11 +50,27 @@ def test_flights_app_matches_the_sequential_reference(settings: Settings, topics
     assert any(r["state"] == "REJECTED" for k, r in table.items() if k.startswith("reservation/"))
 
 
-def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, topics: Any) -> None:
+def _async_flights() -> App:
+    """The flights rule as an async handler (one that would await I/O): on the event loop's
+    thread, also when the worker calls it for an entity leaving its group."""
+    flights_async = App("flights-async")
+
+    @flights_async.handler("reservation")
+    async def on_reservation_async(event: Event, state: GroupState) -> None:
+        await asyncio.sleep(0)
+        on_reservation(event, state)
+
+    return flights_async
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, topics: Any, handler: str) -> None:
     """A reservation rebooked onto another flight (or deleted in a flight it is not on) leaves
     its old flight through the entity directory's move-out, which calls the app's handler with
     a delete there: the old flight's seats sold drop. Capacities leave room for every booking,
-    so the result does not depend on when a move-out arrives. Two workers split the flights."""
+    so the result does not depend on when a move-out arrives. Two workers split the flights.
+    An async handler is called for the leave too (it was skipped: the seats stayed sold)."""
+    the_app = app if handler == "sync" else _async_flights()
     rng = random.Random(8)
     flights = [f"LH{i}" for i in range(6)]
     events: list[tuple[str, dict[str, Any], str]] = [
@@ -76,8 +94,8 @@ def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, top
         return {k: rec["seats_sold"] for k, (_v, rec) in read_table(settings).items()
                 if rec is not None and k.startswith("flight_load/")}
 
-    with WorkerThread(settings, app, worker_id="a", concurrency=8) as w1, \
-            WorkerThread(settings, app, worker_id="b", concurrency=8) as w2:
+    with WorkerThread(settings, the_app, worker_id="a", concurrency=8) as w1, \
+            WorkerThread(settings, the_app, worker_id="b", concurrency=8) as w2:
         wait_accounted([w1, w2], n, timeout=120)
         wait_until(lambda: loads() == want, timeout=90, interval=0.5, message=lambda: f"{loads()} != {want}")
     assert w1.stats.dead_lettered + w2.stats.dead_lettered == 0
@@ -135,7 +153,6 @@ def test_a_handler_that_takes_another_copy_when_its_entity_leaves_starts_no_chai
     handler, and the worker settles."""
     import zlib
 
-    from services.worker import App, Event, GroupState
 
     nxt = {"w": "u", "u": "v", "v": "w"}
     loop = App("loop")
