@@ -5,8 +5,9 @@ A group change is a delete in the old group plus an upsert in the new one
 copy is removed by the move-out (services/worker/directory.py), which once bypassed the
 app: a flight whose reservation was rebooked onto another flight kept its seats sold. Now,
 when the move-out removes a live copy, the type's own handler is called first with a delete
-of the entity in the old group, at the winning version, on the poll thread (move-outs are
-rare; ``async`` handlers and stage handlers are not called). Its other effects (the flight's
+of the entity in the old group, at the winning version, and waited for on the poll thread
+(move-outs are rare; an ``async`` handler runs on its event loop; stage handlers are not
+called, and a handler that never returns there holds the worker, as an inline one would). Its other effects (the flight's
 seats) are applied; its write of the entity itself is left to the move-out, which removes
 the copy (listeners see ``removed`` with ``moved_to``) whatever the handler did. A handler
 that fails is logged and its move-out record dead-lettered (reason ``handler-error``, not
