@@ -28,7 +28,7 @@ from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
-from services.worker.moveouts import apply_move_out, displaced_move_out
+from services.worker.moveouts import apply_move_out, displaced_move_out, overtaken
 from services.worker.parking import Parking
 from services.worker.release import Releases
 from services.worker.scheduler import GroupScheduler
@@ -258,18 +258,20 @@ class Processing:
                 result = completions.get(timeout=0.005) if block else completions.get_nowait()
             except queue.Empty:
                 break
-            self._finish(result)
+            self._finish(result, late=True)
             block = False
         self.stats.in_flight = sched.in_flight
         self.stats.ready_groups = sched.ready_groups
         self.stats.max_in_flight = sched.max_in_flight
 
-    def _finish(self, result: Result, scheduled: bool = True) -> None:
+    def _finish(self, result: Result, scheduled: bool = True, late: bool = False) -> None:
         event, effects, exc, retries, took = result
         self.stats.handler_retries += retries
         if took:  # an EWMA of the calls off the poll thread (inline ones are not timed)
             self.avg_call += 0.05 * (took - self.avg_call)
         try:
+            if late and overtaken(self, event):  # superseded while it ran: none of its effects
+                return
             if exc is not None:
                 log.warning("handler failed for %s %s (group %s, offset %d) after %d retries: %r",
                             event.type, event.key, event.group, event.offset, retries, exc)

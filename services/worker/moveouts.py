@@ -22,9 +22,9 @@ from typing import Any
 from services.worker.app import Event, HandlerSpec, table_handler
 from services.worker.directory import MoveOut, move_out, move_out_record, wins
 from services.worker.effects import Write, check_effects
-from services.worker.table import Claim, TableApplier
+from services.worker.table import STALE, Claim, TableApplier
 
-__all__ = ["apply_move_out", "call_for_move_out", "displaced_move_out", "loses_here"]
+__all__ = ["apply_move_out", "call_for_move_out", "displaced_move_out", "loses_here", "overtaken"]
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +131,16 @@ def displaced_move_out(proc: Any, table: TableApplier, event: Event, ekey: bytes
     key, value, headers = move_out_record(MoveOut(ekey, old.group, w.version, w.group, w.value is None, old.value))
     proc.ckpt.produce(proc.topics.input, value, key, event.partition, headers)
     proc.stats.moves_sent += 1
+
+
+def overtaken(proc: Any, event: Event) -> bool:
+    """Whether a newer version of the event's entity came in another group while its handler
+    call ran (off the poll thread): then the event is superseded, as if it had come after
+    that one, and none of its effects are applied. (Only its stale write was dropped once: a
+    reservation rebooked away while its old flight's call ran left that flight its seats.)"""
+    table = proc.tables.get(event.partition)
+    if table is None or table.prior(event.entity_key, event.version + bool(event.passed)) is not STALE:
+        return False
+    proc.stats.superseded += not event.passed
+    proc.stats.stage_superseded += bool(event.passed)
+    return True

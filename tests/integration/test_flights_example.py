@@ -203,3 +203,52 @@ def test_rebooked_away_and_back_within_a_partition_counts_the_seats_once(setting
     with WorkerThread(settings, app, concurrency=4) as w:
         wait_accounted([w], n)
         wait_until(lambda: sold() == {a: 5, b: 0} and w.committed(), timeout=60, message=lambda: str(sold()))
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_call_overtaken_by_a_newer_version_in_another_group_applies_nothing(
+        settings: Settings, topics: Any, handler: str) -> None:
+    """R1 booked on A (v1), then rebooked on B (v2), A and B in one partition. A's call is
+    slow, so B's runs beside it (another group) and is applied first. When A's call ends, R1
+    is at v2 already: the event is superseded whole. Its stale write alone was dropped before,
+    and A kept R1's 3 seats (no move-out ever came to give them back)."""
+    import time
+    import zlib
+
+    a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
+    slow = App(f"overtaken-{handler}")
+
+    def rule(event: Event, state: GroupState) -> None:
+        if event.key == "R1" and event.version == 1:
+            time.sleep(2)  # B's v2 is applied meanwhile
+        on_reservation(event, state)
+
+    if handler == "sync":
+        slow.handler("reservation")(rule)
+    else:
+        @slow.handler("reservation")
+        async def rule_async(event: Event, state: GroupState) -> None:
+            await asyncio.to_thread(rule, event, state)
+
+    events: list[tuple[str, dict[str, Any], str]] = [
+        ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
+                    "capacity": 100, "version": 1}, "upsert") for f in (a, b)]
+    events += [("reservation", reservation("R1", a, 1, seats=3), "upsert"),
+               ("reservation", reservation("R1", b, 2, seats=3), "upsert"),
+               ("reservation", reservation("R2", a, 1, seats=2), "upsert"),
+               ("reservation", reservation("R3", b, 1, seats=1), "upsert")]
+    n = send_events(settings, events)
+    want = {k: r["seats_sold"] for k, r in reference(events).items() if k.startswith("flight_load/")}
+    assert want == {f"flight_load/{a}": 2, f"flight_load/{b}": 4}
+
+    def sold() -> dict[str, int]:
+        return {k: rec["seats_sold"] for k, (_v, rec) in read_table(settings).items()
+                if rec is not None and k.startswith("flight_load/")}
+
+    with WorkerThread(settings, slow, concurrency=4) as w:
+        wait_accounted([w], n)
+        wait_until(lambda: w.committed(), timeout=30)
+    assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n - 1, 1, 0)
+    assert sold() == want
+    table = {k: rec for k, (_v, rec) in read_table(settings).items() if rec is not None}
+    assert table["reservation/R1"]["flight_number"] == b and table["reservation/R1"]["version"] == 2
