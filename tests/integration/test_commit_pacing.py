@@ -100,6 +100,9 @@ def test_a_backlog_keeps_to_the_interval(settings: Settings, topics: Any) -> Non
         wait_accounted([w], n, timeout=120)
         commits = w.stats.commits
     assert (w.stats.processed, w.stats.superseded, w.stats.dead_lettered) == (n, 0, 0)
-    assert 1 <= commits <= 2
+    # A loaded machine's fetches can fall behind the worker: each time the consumer's queue
+    # runs dry is an idle commit (3 in one CI run, 1 of 5 runs beside other load). Commits at
+    # partial batches, what this guards against, would come with most of the ~20+ batches.
+    assert 1 <= commits <= 6
     assert committed_input(settings, w.worker.group_id) == n
     assert len(read_table(settings)) == n
