@@ -279,10 +279,6 @@ class LocalCluster:
         if self.port is not None and not port_free("127.0.0.1", self.port):
             raise ClusterError(f"port {self.port} on 127.0.0.1 is taken: choose another --port, "
                                f"or stop what listens there")
-        if layout is not None and self.port is not None and layout.get("ports"):
-            # Another client port for the first node: its data stays (the broker registers
-            # its new address when it starts); the controller ports are the quorum's.
-            layout["ports"][0]["broker"] = self.port
         new_users = self.secure and ensure_secure_files(self.secure_files.dir)[1]
         keep = (
             not fresh
@@ -290,18 +286,21 @@ class LocalCluster:
             and layout is not None
             and layout.get("brokers") == self.brokers
             and layout.get("secure", False) == self.secure
-            and all(port_free("127.0.0.1", p) for n in layout["ports"] for p in n.values())
-            and len({p for n in layout["ports"] for p in n.values()}) == 2 * self.brokers
         )
+        strict = self.port is not None
         if keep:
             assert layout is not None
-            ports = [NodePorts(**n) for n in layout["ports"]]
+            # The data stays on other ports too (a static quorum: the voters are in the config,
+            # and each broker registers its address as it starts): every port of the layout
+            # that is still free is kept, --port is the first node's, the others are new.
+            earlier = [NodePorts(**n) for n in layout["ports"]]
+            ports = pick_ports(self.brokers, self.port, strict=strict, earlier=earlier)
             cluster_id = str(layout["cluster_id"])
         else:
-            # Different size or ports taken: the formatted quorum would not match, start over.
+            # Another size, security or set of users: the formatted storage does not fit.
             for node in self.dir.glob("node-*"):
                 shutil.rmtree(node, ignore_errors=True)
-            ports = pick_ports(self.brokers, self.port or self.preferred_port, strict=self.port is not None)
+            ports = pick_ports(self.brokers, self.port or self.preferred_port, strict=strict)
             cluster_id = _new_cluster_id()
         for i in range(self.brokers):
             node = self.node_dir(i)

@@ -32,16 +32,25 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-def pick_ports(n: int, prefer_first: int | None, *, strict: bool = False) -> list[NodePorts]:
+def pick_ports(n: int, prefer_first: int | None, *, strict: bool = False,
+               earlier: list[NodePorts] | None = None) -> list[NodePorts]:
     """2n distinct free ports; the sockets stay bound until all are chosen, so no duplicates.
-    ``strict``: the first is ``prefer_first`` or an OSError."""
+    Each is the one ``earlier`` had if that is free, the first ``prefer_first`` if given and
+    free (``strict``: or an OSError)."""
+    wanted: list[int | None] = [None] * (2 * n)
+    if earlier is not None and len(earlier) == n:
+        wanted = [*(e.broker for e in earlier), *(e.controller for e in earlier)]
+    if prefer_first:
+        wanted[0] = prefer_first
     with ExitStack() as stack:
         chosen: list[int] = []
-        for index in range(2 * n):
+        for index, want in enumerate(wanted):
             sock = stack.enter_context(socket.socket())
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
-                sock.bind(("127.0.0.1", prefer_first if index == 0 and prefer_first else 0))
+                if not want or want in chosen:
+                    raise OSError(f"port {want} is chosen already")
+                sock.bind(("127.0.0.1", want))
             except OSError:
                 if strict and index == 0:
                     raise

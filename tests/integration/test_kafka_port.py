@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -69,6 +70,24 @@ def test_up_on_a_chosen_port_moves_with_its_data_and_refuses_a_taken_one(home: P
     assert up.returncode == 0, up.stderr
     assert up.stdout.strip() == f"127.0.0.1:{second}"
     assert "kept" in _topics(up.stdout.strip())  # the data came along
+
+    # Restarted on the port its controller had, or without --port while someone holds its
+    # client port: the data stays, on new ports for the clashes (it was wiped silently).
+    controller = json.loads((home / "kafka" / "layout.json").read_text())["ports"][0]["controller"]
+    assert _cli(home, "kafka", "down").returncode == 0
+    up = _cli(home, "kafka", "up", "--port", str(controller))
+    assert up.returncode == 0 and up.stdout.strip() == f"127.0.0.1:{controller}", up.stderr
+    assert "kept" in _topics(up.stdout.strip())
+    assert _cli(home, "kafka", "down").returncode == 0
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", controller))
+        taken.listen()
+        up = _cli(home, "kafka", "up")
+        assert up.returncode == 0, up.stderr
+        assert up.stdout.strip() != f"127.0.0.1:{controller}"
+        second = int(up.stdout.strip().rsplit(":", 1)[1])
+        assert "kept" in _topics(up.stdout.strip())
 
     for bad in ("0", "70000", "x"):
         out = _cli(home, "kafka", "up", "--port", bad)
