@@ -10,8 +10,9 @@ of the entity in the old group, at the winning version, and waited for on the po
 called, and a handler that never returns there holds the worker, as an inline one would). Its other effects (the flight's
 seats) are applied; its write of the entity itself is left to the move-out, which removes
 the copy (listeners see ``removed`` with ``moved_to``) whatever the handler did. A handler
-that fails is logged and its move-out record dead-lettered (reason ``handler-error``, not
-an input event: counted by its reason only); the copy is removed all the same.
+that fails is logged and its move-out record dead-lettered (reason ``handler-error``, or
+``too-large`` / ``bad-version`` for a result that cannot be written; not an input event:
+counted by its reason only); the copy is removed all the same.
 """
 
 from __future__ import annotations
@@ -93,8 +94,10 @@ def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOu
     seed = None
     if copy is not None and move.copy is not None:  # the handler reads this one
         seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, copy)}
-    _ev, effects, exc, _retries, _took = proc.calls.call_now(gone, spec, table.store, seed)
+    _ev, effects, exc, retries, _took = proc.calls.call_now(gone, spec, table.store, seed)
+    proc.stats.handler_retries += retries
     error = None if exc is None else f"{type(exc).__name__}: {exc}"
+    reason = "handler-error"
     if effects is not None:
         effects.writes.pop(move.key, None)  # the move-out removes the copy itself
         refused = check_effects(effects, proc.limits, proc._state_topic, proc._reserved)
@@ -105,11 +108,11 @@ def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOu
             finally:
                 proc.leaving = False
             return
-        error = refused.error
+        error, reason = refused.error, refused.reason
     log.warning("handler for %s %s leaving group %s (move-out at offset %d) failed: %s; the copy is "
                 "removed all the same", event.type, event.key, event.group, event.offset, error)
     proc.dead_letter(event.group.encode(), event.raw, event.headers, proc.topics.input, event.partition,
-                     event.offset, "handler-error", f"on leaving group {event.group}: {error}", counted=False)
+                     event.offset, reason, f"on leaving group {event.group}: {error}", counted=False)
 
 
 def displaced_move_out(proc: Any, table: TableApplier, event: Event, ekey: bytes, w: Write) -> None:

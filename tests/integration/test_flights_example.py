@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 from kafka_fixtures import wait_until
-from worker_support import WorkerThread, read_table, reservation, send_events, wait_accounted
+from worker_support import (
+    WorkerThread,
+    read_dlq,
+    read_table,
+    reservation,
+    send_events,
+    wait_accounted,
+)
 
 from examples.flights import app, on_reservation, reference
 from fifolane.config import Settings
@@ -252,3 +259,54 @@ def test_a_call_overtaken_by_a_newer_version_in_another_group_applies_nothing(
     assert sold() == want
     table = {k: rec for k, (_v, rec) in read_table(settings).items() if rec is not None}
     assert table["reservation/R1"]["flight_number"] == b and table["reservation/R1"]["version"] == 2
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_leave_whose_handler_fails_is_dead_lettered_with_its_reason(
+        settings: Settings, topics: Any, handler: str) -> None:
+    """R1 and R2 are rebooked from A to B. On R1's leave the handler raises (retried once,
+    counted); on R2's it writes a flight load over the state topic's limit. Each move-out
+    record is dead-lettered with its reason (``handler-error``, ``too-large``), the copies
+    are removed all the same, and the worker goes on."""
+    import zlib
+
+    a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
+    failing = App(f"leave-fails-{handler}")
+
+    def rule(event: Event, state: GroupState) -> None:
+        if event.op == "delete" and event.group == a and event.key == "R1":
+            raise RuntimeError("no leaving today")
+        if event.op == "delete" and event.group == a and event.key == "R2":
+            state.put("reservation", {**reservation("R9", a, 1), "customer_id": "c" * 2_000_000})
+            return
+        on_reservation(event, state)
+
+    if handler == "sync":
+        failing.handler("reservation")(rule)
+    else:
+        @failing.handler("reservation")
+        async def rule_async(event: Event, state: GroupState) -> None:
+            rule(event, state)
+
+    events: list[tuple[str, dict[str, Any], str]] = [
+        ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
+                    "capacity": 100, "version": 1}, "upsert") for f in (a, b)]
+    events += [("reservation", reservation(r, a, 1, seats=2), "upsert") for r in ("R1", "R2", "R3")]
+    n = send_events(settings, events)
+    with WorkerThread(settings, failing, concurrency=4, retries=1, retry_backoff=0.01) as w:
+        wait_accounted([w], n)
+        events2 = [("reservation", reservation(r, b, 2, seats=2), "upsert") for r in ("R1", "R2")]
+        n += send_events(settings, events2)
+        wait_accounted([w], n)
+        wait_until(lambda: len(read_dlq(settings)) == 2 and w.committed(), timeout=60,
+                   message=lambda: str(read_dlq(settings)))
+    letters = read_dlq(settings)
+    assert sorted(d["reason"] for d in letters) == ["handler-error", "too-large"], letters
+    assert all(d["error"].startswith(f"on leaving group {a}: ") for d in letters)
+    assert any("no leaving today" in d["error"] for d in letters)
+    assert w.stats.handler_retries >= 1 and w.stats.dead_lettered == 0  # not input events
+    assert dict(w.stats.dead_letter_reasons) == {"handler-error": 1, "too-large": 1}
+    table = {k: rec for k, (_v, rec) in read_table(settings).items() if rec is not None}
+    assert {k: r["flight_number"] for k, r in table.items() if k.startswith("reservation/")} == \
+        {"reservation/R1": b, "reservation/R2": b, "reservation/R3": a}
+    assert table[f"flight_load/{b}"]["seats_sold"] == 4
