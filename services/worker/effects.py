@@ -207,12 +207,15 @@ def check_effects(effects: Effects, limits: Limits, state_topic: str,
     refuse (over the producer's message.max.bytes or the topic's max.message.bytes)."""
     room = limits.room(state_topic) if effects.writes else 0
     too_large: Refusal | None = None
+    headers = limits.state_headers
     for ekey, w in effects.writes.items():  # one pass (the hot path): a bad version first
         if type(w.version) is not int or not MIN_VERSION <= w.version <= MAX_VERSION:
             return Refusal("bad-version", f"{w.type} {w.key}: version {w.version!r} is not a signed "
                                           "64-bit integer")
-        if too_large is None and len(ekey) + (len(w.value) if w.value is not None else 0) > room:
-            error = limits.too_large(state_topic, record_size(ekey, w.value), f"{w.type} {w.key}")
+        # (with state headers, its type and group are sent twice: in the key and the headers)
+        extra = len(w.group.encode(errors="replace")) + len(w.type) if headers and w.value is not None else 0
+        if too_large is None and len(ekey) + (len(w.value) if w.value is not None else 0) + extra > room:
+            error = limits.too_large(state_topic, record_size(ekey, w.value) + extra, f"{w.type} {w.key}")
             assert error is not None
             too_large = Refusal("too-large", error)  # as an event the table handler writes
     if too_large is not None:

@@ -151,8 +151,8 @@ class FastPath:
                     superseded += 1
                 else:
                     self._refuse(msg, "too-large", f"the state record of {et.name} {key} would be "
-                                 f"{len(value) + len(fast[0]) + len(key)} bytes, over the {table.room} "
-                                 "bytes the state topic takes")
+                                 f"{len(value) + len(fast[0]) + len(key)} bytes (and its headers), over "
+                                 f"the {table.room} bytes the state topic takes")
         finally:
             self._claimed(dir_nexts, dir_last)
             if consumed:

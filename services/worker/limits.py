@@ -50,10 +50,13 @@ class Limits:
     asked again later).
     """
 
-    def __init__(self, client_max: int, topic_max: Callable[[str], int | None] | None = None) -> None:
+    def __init__(self, client_max: int, topic_max: Callable[[str], int | None] | None = None,
+                 state_headers: bool = False) -> None:
         self.client_max = client_max
         self._topic_max = topic_max
         self._room: dict[str, int] = {}
+        #: state records carry their type, group and version as headers (Settings.state_headers)
+        self.state_headers = state_headers
 
     def room(self, topic: str) -> int:
         """Bytes of key, value and headers a record of ``topic`` may have."""

@@ -116,7 +116,7 @@ class Worker:
         self.parking: Parking | None = None
         self._topic_configs = TopicConfigs(lambda names: self.clients.topic_configs(names, timeout=10))
         self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)),
-                             self._topic_configs.max_bytes)
+                             self._topic_configs.max_bytes, settings.state_headers)
         self._retention_ms: int | None = None
         self.clients = clients or KafkaClients(settings.kafka_config())
         self.query = attach_query(self)  # the query endpoint (services/worker/query/)

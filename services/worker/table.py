@@ -107,7 +107,7 @@ class TableApplier:
         old = self.prior(ekey, version)
         if old is STALE:
             return STALE
-        if len(ekey) + len(value) > self.room:
+        if len(ekey) + len(value) + (len(gbytes) + len(type_name) if self._headers else 0) > self.room:
             return TOO_LARGE
         new = Row(version, False, group, value)
         # not STALE (an int) here, so a Row unless unknown (None) or packed (bytes)
@@ -142,7 +142,8 @@ class TableApplier:
         old = self.prior(ekey, new.version + same_version) if moved_to is None else self.latest(ekey)
         if old is STALE:
             return STALE
-        if new.value is not None and len(ekey) + len(new.value) > self.room:
+        if new.value is not None and len(ekey) + len(new.value) + (
+                len(new.group.encode(errors="replace")) + ekey.find(b"/") if self._headers else 0) > self.room:
             return TOO_LARGE
         old_row = self._unpack(old) if type(old) is bytes else old
         assert old_row is None or isinstance(old_row, Row)

@@ -172,3 +172,44 @@ def test_outputs_kafka_cannot_take_are_dead_lettered_not_replayed(settings: Sett
         assert want in errors, errors
     assert sorted(read_table(settings)) == sorted(f"reservation/S{i}" for i in range(12))
     assert sorted(m.key().decode() for m in consume_all(settings, out_topic)) == sorted(f"S{i}" for i in range(12))
+
+
+@pytest.mark.parametrize("handler", ["table", "app"])
+def test_state_headers_count_in_the_state_records_size(settings: Settings, topics: Any, handler: str) -> None:
+    """With state headers, a state record carries its group and type twice (key and headers).
+    A 1,500-byte group and values up to the state topic's 20,000 bytes: what would not fit
+    with its headers is dead-lettered as ``too-large`` before it is produced; no transaction
+    aborts (records Kafka then refused were bisected, and dead-lettered as output-refused)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    # batch.size under the topic's limit: the broker checks a whole batch of records against
+    # max.message.bytes, and librdkafka's default batches up to 1,000,000 bytes.
+    settings = settings.model_copy(update={"state_headers": True, "librdkafka": {"batch.size": "20000"}})
+    admin = AdminClient(settings.kafka_config())
+    change = ConfigResource(ConfigResource.Type.TOPIC, settings.state_topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", "20000", incremental_operation=AlterConfigOpType.SET)])
+    for done in admin.incremental_alter_configs([change]).values():
+        done.result(30)
+    app = None
+    if handler == "app":
+        app = App("state-headers")
+
+        @app.handler("reservation")
+        def handle(event: Event, state: GroupState) -> None:
+            assert event.value is not None
+            state.put("reservation", event.value)
+
+    group = "G" * 1500
+    events = [("reservation", {**reservation(f"R{size}", group, 1), "customer_id": "c" * size}, "upsert")
+              for size in range(14000, 19001, 250)]
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, concurrency=2) as w:
+        wait_accounted([w], n, timeout=90)
+    assert w.stats.aborts == 0
+    assert set(w.stats.dead_letter_reasons) == {"too-large"} and 0 < w.stats.dead_lettered < n
+    assert w.stats.processed + w.stats.dead_lettered == n
+    dead = {d["value"] for d in read_dlq(settings)}
+    assert len(dead) == w.stats.dead_lettered
+    stored = sorted(int(k.split("/R", 1)[1]) for k, (_v, rec) in read_table(settings).items() if rec is not None)
+    assert len(stored) == w.stats.processed and stored == sorted(stored)[: len(stored)]
+    assert max(stored) < 19000 and min(stored) == 14000  # the smaller fit, the larger do not
