@@ -7,6 +7,7 @@ thread drains; a handler's effects are applied only there.
 from __future__ import annotations
 
 import asyncio
+import copy
 import queue
 import threading
 import time
@@ -56,12 +57,28 @@ class HandlerCalls:
             state.effects.writes.update(seed)
         return state
 
+    def _pristine(self, event: Event) -> dict[str, Any] | None:
+        """A copy of a value a retry could not decode again (a later stage's event: its value
+        is the earlier stage's write); None for the rest (the common case: no copy)."""
+        return copy.deepcopy(event.value) if event.passed and event.value is not None else None
+
+    def _as_it_came(self, event: Event, pristine: dict[str, Any] | None) -> None:
+        """Before a retry: the event's value as it came, not as the failed attempt left it (a
+        handler may change it in place: that change was committed once)."""
+        if event.value is None:
+            return
+        if pristine is not None:
+            event.value = copy.deepcopy(pristine)
+        elif event.raw:
+            event.value = self._decode(event.raw)
+
     def call_sync(self, event: Event, spec: HandlerSpec, store: PartitionStore, timed: bool = True,
                   seed: dict[bytes, Write] | None = None) -> Result:
         """Call a sync handler; ``timed=False`` (inline calls): its seconds are reported as 0.
         ``seed``: writes the call starts with (what its reads see first)."""
         attempt = 0
         t0 = time.perf_counter() if timed else 0.0
+        pristine = self._pristine(event)
         while True:
             state = self._state(event, store, seed)
             try:
@@ -76,11 +93,13 @@ class HandlerCalls:
                     return event, None, exc, attempt, time.perf_counter() - t0
                 time.sleep(self.backoff * (2**attempt))
                 attempt += 1
+                self._as_it_came(event, pristine)
 
     async def call_async(self, event: Event, spec: HandlerSpec, store: PartitionStore,
                          seed: dict[bytes, Write] | None = None) -> Result:
         attempt = 0
         t0 = time.perf_counter()
+        pristine = self._pristine(event)
         while True:
             state = self._state(event, store, seed)
             try:
@@ -91,6 +110,7 @@ class HandlerCalls:
                     return event, None, exc, attempt, time.perf_counter() - t0
                 await asyncio.sleep(self.backoff * (2**attempt))
                 attempt += 1
+                self._as_it_came(event, pristine)
 
     def call_now(self, event: Event, spec: HandlerSpec, store: PartitionStore,
                  seed: dict[bytes, Write] | None = None) -> Result:

@@ -213,3 +213,37 @@ def test_state_headers_count_in_the_state_records_size(settings: Settings, topic
     stored = sorted(int(k.split("/R", 1)[1]) for k, (_v, rec) in read_table(settings).items() if rec is not None)
     assert len(stored) == w.stats.processed and stored == sorted(stored)[: len(stored)]
     assert max(stored) < 19000 and min(stored) == 14000  # the smaller fit, the larger do not
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_retry_sees_the_event_as_it_came(settings: Settings, topics: Any, handler: str) -> None:
+    """A handler changes the event's value in place (a field, then all of it), then fails once:
+    the retry gets the value as it came (it got the failed attempt's changes, and those
+    were committed)."""
+    tried: set[str] = set()
+    app = App(f"retry-mutates-{handler}")
+
+    def rule(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        if event.key not in tried:
+            tried.add(event.key)
+            event.value["seats"] = 999
+            event.value.clear()
+            raise TimeoutError("transient")
+        state.put("reservation", {**event.value, "state": "CONFIRMED"})
+
+    if handler == "sync":
+        app.handler("reservation")(rule)
+    else:
+        @app.handler("reservation")
+        async def rule_async(event: Event, state: GroupState) -> None:
+            rule(event, state)
+
+    events = [("reservation", reservation(f"S{i}", f"LH{i % 3}", 1, seats=i + 1), "upsert") for i in range(6)]
+    n = send_events(settings, events)
+    with WorkerThread(settings, app, concurrency=4, retries=2, retry_backoff=0.01) as w:
+        wait_accounted([w], n)
+    assert (w.stats.processed, w.stats.dead_lettered, w.stats.handler_retries) == (6, 0, 6)
+    table = read_table(settings)
+    assert {k: (rec["seats"], rec["flight_number"]) for k, (_v, rec) in table.items()} == \
+        {f"reservation/S{i}": (i + 1, f"LH{i % 3}") for i in range(6)}
