@@ -191,10 +191,13 @@ class LocalCluster:
                         already_running=True,
                     )
                 if any(b.alive for b in current.brokers):
-                    raise ClusterError(
-                        f"a local Kafka with {len(current.brokers)} node(s) is (partly) running under "
-                        f"{self.dir}; run `fifolane kafka down` first"
-                    )
+                    if len(current.brokers) != self.brokers or fresh or self.port not in (None, current.brokers[0].port):
+                        raise ClusterError(f"a local Kafka with {len(current.brokers)} node(s) is (partly) "
+                                           f"running under {self.dir}; run `fifolane kafka down` first")
+                    for i, b in enumerate(current.brokers):  # nodes that stopped: started again
+                        if not b.alive:
+                            self.start_broker(i, timeout)
+                    return self.status()
                 self.state_file.unlink(missing_ok=True)  # stale: every recorded pid is gone
             downloaded = ensure_jars(self.libs)
             ports, cluster_id = self._prepare(fresh)

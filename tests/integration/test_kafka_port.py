@@ -93,3 +93,27 @@ def test_up_on_a_chosen_port_moves_with_its_data_and_refuses_a_taken_one(home: P
         out = _cli(home, "kafka", "up", "--port", bad)
         assert out.returncode == 2 and "--port" in out.stderr  # click's usage error, nothing started
     assert "kept" in _topics(f"127.0.0.1:{second}")  # still running
+
+
+def test_up_starts_again_the_nodes_of_a_cluster_that_stopped(home: Path) -> None:
+    """One node of three was killed: `kafka up --brokers 3` starts it again (it told the user
+    to take the whole cluster down first), and the data it held is still there."""
+    import signal
+
+    from fifolane.cluster import LocalCluster
+
+    up = _cli(home, "kafka", "up", "--brokers", "3")
+    assert up.returncode == 0, up.stderr
+    admin = AdminClient({"bootstrap.servers": up.stdout.strip()})
+    admin.create_topics([NewTopic("kept3", 3, 3)])["kept3"].result(30)
+    cluster = LocalCluster(home, 3)
+    victim = cluster.status().brokers[1]
+    assert victim.pid is not None
+    os.kill(victim.pid, signal.SIGKILL)
+    again = _cli(home, "kafka", "up", "--brokers", "3")
+    assert again.returncode == 0, again.stderr
+    status = cluster.status()
+    assert status.running and status.brokers[1].pid != victim.pid
+    assert "kept3" in _topics(f"127.0.0.1:{status.brokers[1].port}")  # asked of the restarted node
+    refused = _cli(home, "kafka", "up", "--brokers", "1")
+    assert refused.returncode != 0 and "fifolane kafka down" in refused.stderr
