@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -57,17 +58,17 @@ def test_flights_app_matches_the_sequential_reference(settings: Settings, topics
     assert any(r["state"] == "REJECTED" for k, r in table.items() if k.startswith("reservation/"))
 
 
-def _async_flights() -> App:
-    """The flights rule as an async handler (one that would await I/O): on the event loop's
-    thread, also when the worker calls it for an entity leaving its group."""
-    flights_async = App("flights-async")
-
-    @flights_async.handler("reservation")
-    async def on_reservation_async(event: Event, state: GroupState) -> None:
-        await asyncio.sleep(0)
-        on_reservation(event, state)
-
-    return flights_async
+def _app_of(name: str, rule: Callable[[Event, GroupState], None], kind: str) -> App:
+    """An app whose reservation handler is ``rule``: a sync one on the handler threads, or
+    an async one (that would await I/O) on the event loop's thread."""
+    made = App(f"{name}-{kind}")
+    if kind == "sync":
+        made.handler("reservation")(rule)
+    else:
+        @made.handler("reservation")
+        async def rule_async(event: Event, state: GroupState) -> None:
+            await asyncio.to_thread(rule, event, state)
+    return made
 
 
 @pytest.mark.parametrize("handler", ["sync", "async"])
@@ -77,7 +78,7 @@ def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, top
     a delete there: the old flight's seats sold drop. Capacities leave room for every booking,
     so the result does not depend on when a move-out arrives. Two workers split the flights.
     An async handler is called for the leave too (it was skipped: the seats stayed sold)."""
-    the_app = app if handler == "sync" else _async_flights()
+    the_app = app if handler == "sync" else _app_of("flights", on_reservation, "async")
     rng = random.Random(8)
     flights = [f"LH{i}" for i in range(6)]
     events: list[tuple[str, dict[str, Any], str]] = [
@@ -223,19 +224,13 @@ def test_a_call_overtaken_by_a_newer_version_in_another_group_applies_nothing(
     import zlib
 
     a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
-    slow = App(f"overtaken-{handler}")
 
     def rule(event: Event, state: GroupState) -> None:
         if event.key == "R1" and event.version == 1:
             time.sleep(2)  # B's v2 is applied meanwhile
         on_reservation(event, state)
 
-    if handler == "sync":
-        slow.handler("reservation")(rule)
-    else:
-        @slow.handler("reservation")
-        async def rule_async(event: Event, state: GroupState) -> None:
-            await asyncio.to_thread(rule, event, state)
+    slow = _app_of("overtaken", rule, handler)
 
     events: list[tuple[str, dict[str, Any], str]] = [
         ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
@@ -271,7 +266,6 @@ def test_a_leave_whose_handler_fails_is_dead_lettered_with_its_reason(
     import zlib
 
     a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
-    failing = App(f"leave-fails-{handler}")
 
     def rule(event: Event, state: GroupState) -> None:
         if event.op == "delete" and event.group == a and event.key == "R1":
@@ -281,12 +275,7 @@ def test_a_leave_whose_handler_fails_is_dead_lettered_with_its_reason(
             return
         on_reservation(event, state)
 
-    if handler == "sync":
-        failing.handler("reservation")(rule)
-    else:
-        @failing.handler("reservation")
-        async def rule_async(event: Event, state: GroupState) -> None:
-            rule(event, state)
+    failing = _app_of("leave-fails", rule, handler)
 
     events: list[tuple[str, dict[str, Any], str]] = [
         ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
