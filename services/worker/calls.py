@@ -53,8 +53,9 @@ class HandlerCalls:
 
     def _state(self, event: Event, store: PartitionStore, seed: dict[bytes, Write] | None) -> CallState:
         state = CallState(event, store, self._encoder, self.catalog, self.records)
-        if seed:
-            state.effects.writes.update(seed)
+        if seed:  # a copy per attempt: the record a failed attempt changed is not the next one's
+            state.effects.writes.update({k: Write(w.type, w.key, w.group, w.version, w.value, copy.deepcopy(w.record))
+                                         for k, w in seed.items()})
         return state
 
     def _pristine(self, event: Event) -> dict[str, Any] | None:

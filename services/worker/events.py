@@ -191,6 +191,7 @@ class Processing:
             self._complete(event)
             return
         if event.op == "release":
+            self.stats.processed += 1  # a control record, counted as a move-out is
             self._complete(event)
             if self.releases is not None:
                 self.releases.release(event)

@@ -299,3 +299,40 @@ def test_a_leave_whose_handler_fails_is_dead_lettered_with_its_reason(
     assert {k: r["flight_number"] for k, r in table.items() if k.startswith("reservation/")} == \
         {"reservation/R1": b, "reservation/R2": b, "reservation/R3": a}
     assert table[f"flight_load/{b}"]["seats_sold"] == 4
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_retried_leave_reads_the_copy_as_it_was(settings: Settings, topics: Any, handler: str) -> None:
+    """R1 is rebooked from A to B in one partition. The leave's first attempt changes the
+    copy it read (0 seats, cancelled) and fails; the retry reads the copy as it was, and A
+    gives back R1's 2 seats (the retry read the failed attempt's change, and A kept them)."""
+    import zlib
+
+    a, b = [g for g in (f"LH{i}" for i in range(200)) if zlib.crc32(g.encode()) % settings.partitions == 0][:2]
+    failed: list[str] = []
+
+    def rule(event: Event, state: GroupState) -> None:
+        if event.op == "delete" and event.group == a and not failed:
+            prev = state.get("reservation", event.key)
+            assert prev is not None
+            prev.update(seats=0, state="CANCELLED")
+            failed.append(event.key)
+            raise TimeoutError("transient")
+        on_reservation(event, state)
+
+    events: list[tuple[str, dict[str, Any], str]] = [
+        ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
+                    "capacity": 100, "version": 1}, "upsert") for f in (a, b)]
+    events += [("reservation", reservation("R1", a, 1, seats=2), "upsert"),
+               ("reservation", reservation("R1", b, 2, seats=2), "upsert")]
+    n = send_events(settings, events)
+
+    def sold() -> dict[str, int]:
+        return {k.split("/", 1)[1]: rec["seats_sold"] for k, (_v, rec) in read_table(settings).items()
+                if rec is not None and k.startswith("flight_load/")}
+
+    with WorkerThread(settings, _app_of("leave-retry", rule, handler), concurrency=4, retries=2,
+                      retry_backoff=0.01) as w:
+        wait_accounted([w], n)
+        wait_until(lambda: sold() == {a: 0, b: 2} and w.committed(), timeout=60, message=lambda: str(sold()))
+    assert failed == ["R1"] and w.stats.handler_retries == 1 and not read_dlq(settings)

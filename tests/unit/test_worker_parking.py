@@ -82,6 +82,8 @@ def test_a_failing_event_parks_its_group_and_a_release_replays_in_order(tmp_path
     w.checkpoint()
     assert not w.parking.groups and _parked_topic(clients) == {}
     assert (w.stats.held, w.stats.replayed) == (0, 5)
+    s = w.stats  # the release record counts too
+    assert (s.consumed, s.processed, s.superseded, s.dead_lettered) == (9, 9, 0, 0)
 
 
 def test_skip_head_dead_letters_it_and_a_failure_on_release_parks_again(tmp_path: Path) -> None:
