@@ -66,6 +66,8 @@ def up(brokers: str, timeout: float, fresh: bool, port: int | None, secure: bool
     console = Console(stderr=True)
     cluster = _cluster(int(brokers), secure, port)
     _fetch_with_progress(cluster, console)
+    before = cluster.status()
+    stopped = sum(not b.alive for b in before.brokers) if any(b.alive for b in before.brokers) else None
     started = time.monotonic()
     what = "certificates, users and " if secure and not cluster.secure_files.complete() else ""
     with console.status(f"starting {what}{brokers} Kafka node(s) ..."):
@@ -73,7 +75,8 @@ def up(brokers: str, timeout: float, fresh: bool, port: int | None, secure: bool
     if status.already_running:
         console.print(f"already running ({len(status.brokers)} node(s))")
     else:
-        console.print(f"started {len(status.brokers)} node(s) in {time.monotonic() - started:.1f}s; "
+        count = f"{stopped} stopped node(s) again" if stopped else f"{len(status.brokers)} node(s)"
+        console.print(f"started {count} in {time.monotonic() - started:.1f}s; "
                       f"logs: {cluster.dir}/node-*/server.log")
     assert status.bootstrap_servers is not None
     if secure:

@@ -112,6 +112,7 @@ def test_up_starts_again_the_nodes_of_a_cluster_that_stopped(home: Path) -> None
     os.kill(victim.pid, signal.SIGKILL)
     again = _cli(home, "kafka", "up", "--brokers", "3")
     assert again.returncode == 0, again.stderr
+    assert "started 1 stopped node(s) again" in again.stderr
     status = cluster.status()
     assert status.running and status.brokers[1].pid != victim.pid
     assert "kept3" in _topics(f"127.0.0.1:{status.brokers[1].port}")  # asked of the restarted node
