@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,12 @@ from kafka_fixtures import consume_all, wait_until
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.serde import SchemaCatalog, make_codec
 from fifolane.testing.records import table_from
-from services.worker import App, WorkerOptions
+from services.worker import App, Event, GroupState, WorkerOptions
 from services.worker.runtime import Worker
 
 __all__ = [
-    "WorkerProcess", "WorkerThread", "accounted", "committed_input", "read_dlq", "read_table", "reservation",
-    "send_events", "wait_accounted",
+    "WorkerProcess", "WorkerThread", "accounted", "app_of", "committed_input", "read_dlq", "read_table",
+    "reservation", "send_events", "wait_accounted",
 ]
 
 CATALOG = SchemaCatalog.load(PROJECT_ROOT / "schemas")
@@ -36,6 +37,19 @@ def reservation(rid: str, flight: str, version: int, *, seats: int = 1, amount: 
                 state: str = "NEW", customer: str = "c1") -> dict[str, Any]:
     return {"reservation_id": rid, "flight_number": flight, "customer_id": customer, "seats": seats,
             "amount": amount, "state": state, "version": version}
+
+
+def app_of(name: str, rule: Callable[[Event, GroupState], None], kind: str) -> App:
+    """An app whose reservation handler is ``rule``: a sync one on the handler threads, or
+    an async one (that would await I/O) on the event loop's thread."""
+    made = App(f"{name}-{kind}")
+    if kind == "sync":
+        made.handler("reservation")(rule)
+    else:
+        @made.handler("reservation")
+        async def rule_async(event: Event, state: GroupState) -> None:
+            await asyncio.to_thread(rule, event, state)
+    return made
 
 
 def send_events(settings: Settings, events: Iterable[tuple[str, dict[str, Any], str]]) -> int:

@@ -110,6 +110,9 @@ class App:
 
         def register(fn: HandlerFn) -> HandlerFn:
             spec = HandlerSpec(fn, asyncio.iscoroutinefunction(fn), inline=inline)
+            if spec.is_async and inline:
+                raise AppError(f"app {self.name!r}: handler {fn.__name__!r} is async, so it runs on the "
+                               "worker's event loop and cannot be inline: drop inline=True")
             for t in types:
                 stages = self._stages.get(t, {})
                 if (stage is None and (t in self._handlers or stages)) or stage in stages \

@@ -125,15 +125,17 @@ class HandlerCalls:
         except BaseException as exc:  # noqa: BLE001 - as in _done: the call itself broke
             return event, None, exc, 0, 0.0
 
-    def submit(self, event: Event, spec: HandlerSpec, store: PartitionStore) -> None:
-        """Start a call in the background; its result arrives on :attr:`completions`."""
+    def submit(self, event: Event, spec: HandlerSpec, store: PartitionStore,
+               seed: dict[bytes, Write] | None = None) -> None:
+        """Start a call in the background; its result arrives on :attr:`completions`.
+        ``seed`` as in :meth:`call_sync`."""
         if spec.is_async:
-            fut = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store), self._async_loop())
+            fut = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store, seed), self._async_loop())
             fut.add_done_callback(lambda f: self._done(event, f))
             return
         if self._pool is None:
             self._pool = _HandlerThreads(self.concurrency, self.call_sync, self.completions)
-        self._pool.calls.put((event, spec, store))
+        self._pool.calls.put((event, spec, store, True, seed))
 
     def _done(self, event: Event, fut: Future[Result]) -> None:
         try:
@@ -174,7 +176,8 @@ class _HandlerThreads:
     """
 
     def __init__(self, n: int, call: Any, completions: queue.SimpleQueue[Result]) -> None:
-        self.calls: queue.SimpleQueue[tuple[Event, HandlerSpec, PartitionStore] | None] = queue.SimpleQueue()
+        self.calls: queue.SimpleQueue[tuple[Event, HandlerSpec, PartitionStore, bool, dict[bytes, Write] | None] | None] = \
+            queue.SimpleQueue()
         self._call = call
         self._completions = completions
         self._threads = [threading.Thread(target=self._run, name=f"handler-{i}", daemon=True) for i in range(n)]

@@ -28,7 +28,7 @@ from services.worker.ingest import Rejected, to_event
 from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
-from services.worker.moveouts import apply_move_out, displaced_move_out, overtaken
+from services.worker.moveouts import Leave, displaced_move_out, end_leave, overtaken, start_move_out
 from services.worker.parking import Parking
 from services.worker.release import Releases
 from services.worker.scheduler import GroupScheduler
@@ -75,6 +75,7 @@ class Processing:
         #: stages have effects already, so a checkpoint waits for them (no half chain commits)
         self.partial = 0
         self.leaving = False  # applying a handler's effects on a move-out (services/worker/moveouts.py)
+        self._leaves: dict[int, Leave] = {}  # id(the call's event) -> the move-out's handler call running
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""
@@ -187,8 +188,8 @@ class Processing:
             self._complete(event)
             return
         if event.op == "move-out":
-            self._move_out(table, event)
-            self._complete(event)
+            if start_move_out(self, table, event):  # else its handler call runs (moveouts.end_leave)
+                self._complete(event)
             return
         if event.op == "release":
             self.stats.processed += 1  # a control record, counted as a move-out is
@@ -243,11 +244,6 @@ class Processing:
             self._refuse_event(event, "too-large", f"the state record of {event.type} {event.key} is "
                                "over the bytes the state topic takes")
 
-    def _move_out(self, table: TableApplier, event: Event) -> None:
-        spec = self._spec_of(event.type)  # the old group's handler hears of it: services/worker/moveouts.py
-        apply_move_out(self, table, event, spec if spec.fn is not table_handler
-                       and event.type not in self._staged else None, self._claim)
-
     # ------------------------------------------------------------------ handler results
     def pump(self, block: bool) -> None:
         """Dispatch ready groups and apply finished handler calls until nothing moves."""
@@ -267,6 +263,9 @@ class Processing:
 
     def _finish(self, result: Result, scheduled: bool = True, late: bool = False) -> None:
         event, effects, exc, retries, took = result
+        if self._leaves and id(event) in self._leaves:  # a move-out's handler call
+            end_leave(self, self._leaves.pop(id(event)), result)
+            return
         self.stats.handler_retries += retries
         if took:  # an EWMA of the calls off the poll thread (inline ones are not timed)
             self.avg_call += 0.05 * (took - self.avg_call)
@@ -393,6 +392,7 @@ class Processing:
         for _ in range(self.sched.in_flight):
             completions.get()
         self.sched.clear()
+        self._leaves.clear()
         self.calls.forget_completions()
         self.partial = 0
         if self.releases is not None:

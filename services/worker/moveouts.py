@@ -5,9 +5,12 @@ A group change is a delete in the old group plus an upsert in the new one
 copy is removed by the move-out (services/worker/directory.py), which once bypassed the
 app: a flight whose reservation was rebooked onto another flight kept its seats sold. Now,
 when the move-out removes a live copy, the type's own handler is called first with a delete
-of the entity in the old group, at the winning version, and waited for on the poll thread
-(move-outs are rare; an ``async`` handler runs on its event loop; stage handlers are not
-called, and a handler that never returns there holds the worker, as an inline one would). Its other effects (the flight's
+of the entity in the old group, at the winning version, in the old group's order (stage
+handlers are not called). An inline handler runs on the poll thread, as for any event; any
+other handler runs off it (a pool thread, or the event loop for an ``async`` one), so a slow
+or hung handler holds its own group only, as for any event. If the entity's row here changes
+while that call runs (another group of this partition wrote it), the call's result is
+dropped and the move-out is decided again from the row as it is now. Its other effects (the flight's
 seats) are applied; its write of the entity itself is left to the move-out, which removes
 the copy (listeners see ``removed`` with ``moved_to``) whatever the handler did. A handler
 that fails is logged and its move-out record dead-lettered (reason ``handler-error``, or
@@ -18,39 +21,107 @@ counted by its reason only); the copy is removed all the same.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.worker.app import Event, HandlerSpec, table_handler
+from services.worker.calls import Result
 from services.worker.directory import MoveOut, move_out, move_out_record, wins
 from services.worker.effects import Write, check_effects
-from services.worker.table import STALE, Claim, TableApplier
+from services.worker.state import Row
+from services.worker.table import STALE, TableApplier
 
-__all__ = ["apply_move_out", "call_for_move_out", "displaced_move_out", "loses_here", "overtaken"]
+__all__ = ["Leave", "displaced_move_out", "end_leave", "leave_call", "leave_result", "loses_here",
+           "overtaken", "remove", "start_move_out"]
 
 log = logging.getLogger(__name__)
 
 
-def apply_move_out(proc: Any, table: TableApplier, event: Event, spec: HandlerSpec | None,
-                   claim: Claim | None) -> None:
-    """Apply a move-out record (``event``) in the old group's partition: the handler ``spec``
-    (None: none to call) first if it removes a live copy, then the removal (``claim``: None for
-    a worker run ``--no-directory``, which meets a directory's move-out only from others)."""
-    assert event.value is not None
+class Leave(NamedTuple):
+    """A handler call for an entity leaving its group: ``gone`` is the delete the handler
+    gets, ``event`` the move-out record's event, ``before`` the entity's row when it began."""
+
+    event: Event
+    move: MoveOut
+    gone: Event
+    seed: dict[bytes, Write] | None
+    before: Row | None
+
+
+def start_move_out(proc: Any, table: TableApplier, event: Event) -> bool:
+    """Apply a move-out record (``event``) in the old group's partition (``proc``: the
+    worker's Processing): the type's handler first if it removes a live copy, then the
+    removal. True when done; False when the handler call was started off the poll thread
+    instead (a slow handler on a leave then holds its own group only, not the worker):
+    :func:`end_leave` ends it."""
+    spec: HandlerSpec | None = proc._spec_of(event.type)
+    if spec is not None and (spec.fn is table_handler or event.type in proc._staged):
+        spec = None
+    leave = leave_call(proc, table, event, spec)
+    if leave is not None and spec is not None:
+        if not spec.inline:
+            proc._leaves[id(leave.gone)] = leave
+            proc.calls.submit(leave.gone, spec, table.store, leave.seed)
+            return False
+        leave_result(proc, table, leave, proc.calls.call_now(leave.gone, spec, table.store, leave.seed))
+    remove(proc, table, event)
+    return True
+
+
+def end_leave(proc: Any, leave: Leave, result: Result) -> None:
+    """The handler call of ``leave`` finished: apply its result and the removal. If the
+    entity's row changed while it ran (a write of another group in this partition: its copy
+    may be gone, or carried by a move-out of its own), nothing of it is applied and the
+    move-out is decided again."""
+    event = leave.event
+    table = proc.tables.get(event.partition)
+    if table is not None and table.latest(leave.move.key) != leave.before:
+        log.info("%s %s changed while its handler ran for leaving group %s: deciding again",
+                 event.type, event.key, event.group)
+        if not start_move_out(proc, table, event):
+            return
+    elif table is not None:
+        leave_result(proc, table, leave, result)
+        remove(proc, table, event)
+    proc._complete(event)
+
+
+def remove(proc: Any, table: TableApplier, event: Event) -> None:
+    """The move-out's own step: remove the old group's copy if it loses (directory.move_out).
+    ``proc._claim`` is None for a worker run ``--no-directory``, which meets a directory's
+    move-out only from others."""
+    claim = proc._claim
 
     def claim_here(ekey: bytes, group: str, version: int, deleted: bool) -> None:
         if claim is not None:
             claim(event.partition, ekey, group, version, deleted)
 
-    move = MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
-                   bool(event.value["to_deleted"]), event.value.get("copy"))
-    if spec is not None:
-        copy = _genuine_copy(proc, table, event, move)
-        if copy is not None or loses_here(table, move):
-            call_for_move_out(proc, table, event, move._replace(copy=None if copy is None else move.copy),
-                              spec, copy)
-    removed = move_out(table, move, event.partition, event.offset, event.timestamp, claim_here)
+    removed = move_out(table, _move_of(event), event.partition, event.offset, event.timestamp, claim_here)
     proc.stats.processed += 1
     proc.stats.moves_applied += int(removed)
+
+
+def _move_of(event: Event) -> MoveOut:
+    assert event.value is not None
+    return MoveOut(event.entity_key, event.group, event.version, str(event.value["to"]),
+                   bool(event.value["to_deleted"]), event.value.get("copy"))
+
+
+def leave_call(proc: Any, table: TableApplier, event: Event, spec: HandlerSpec | None) -> Leave | None:
+    """The handler call a move-out makes, if it removes a live copy (or carries a genuine
+    one) and the type has a handler; else None."""
+    if spec is None:
+        return None
+    move = _move_of(event)
+    copy = _genuine_copy(proc, table, event, move)
+    if copy is None and not loses_here(table, move):
+        return None
+    gone = Event(event.type, event.key, event.group, move.version, "delete", None, event.partition,
+                 event.offset, event.timestamp, event.raw, event.headers, event.group)
+    seed = None
+    if copy is not None and move.copy is not None:  # the handler reads this one
+        seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, copy)}
+    return Leave(event, move._replace(copy=None if copy is None else move.copy), gone, seed,
+                 table.latest(move.key))
 
 
 def loses_here(table: TableApplier, move: MoveOut) -> bool:
@@ -84,17 +155,12 @@ def _genuine_copy(proc: Any, table: TableApplier, event: Event, move: MoveOut) -
     return record if ok else None
 
 
-def call_for_move_out(proc: Any, table: TableApplier, event: Event, move: MoveOut, spec: HandlerSpec,
-                      copy: dict[str, Any] | None = None) -> None:
-    """Call ``spec`` (the type's handler) with the delete the move-out makes in the old group
-    and apply its effects but its write of the entity (``proc``: the worker's Processing).
-    ``copy``: the entity as it was there, when the store no longer has it."""
-    gone = Event(event.type, event.key, event.group, move.version, "delete", None, event.partition,
-                 event.offset, event.timestamp, event.raw, event.headers, event.group)
-    seed = None
-    if copy is not None and move.copy is not None:  # the handler reads this one
-        seed = {move.key: Write(event.type, event.key, event.group, move.version - 1, move.copy, copy)}
-    _ev, effects, exc, retries, _took = proc.calls.call_now(gone, spec, table.store, seed)
+def leave_result(proc: Any, table: TableApplier, leave: Leave, result: Result) -> None:
+    """Apply the result of the handler called with the delete the move-out makes in the old
+    group (``proc``: the worker's Processing): its effects but its write of the entity, or a
+    dead letter if it failed."""
+    event, move, gone = leave.event, leave.move, leave.gone
+    _ev, effects, exc, retries, _took = result
     proc.stats.handler_retries += retries
     error = None if exc is None else f"{type(exc).__name__}: {exc}"
     reason = "handler-error"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Callable
 from datetime import date
 from typing import Any
 
@@ -12,6 +10,7 @@ import pytest
 from kafka_fixtures import wait_until
 from worker_support import (
     WorkerThread,
+    app_of,
     read_dlq,
     read_table,
     reservation,
@@ -58,19 +57,6 @@ def test_flights_app_matches_the_sequential_reference(settings: Settings, topics
     assert any(r["state"] == "REJECTED" for k, r in table.items() if k.startswith("reservation/"))
 
 
-def _app_of(name: str, rule: Callable[[Event, GroupState], None], kind: str) -> App:
-    """An app whose reservation handler is ``rule``: a sync one on the handler threads, or
-    an async one (that would await I/O) on the event loop's thread."""
-    made = App(f"{name}-{kind}")
-    if kind == "sync":
-        made.handler("reservation")(rule)
-    else:
-        @made.handler("reservation")
-        async def rule_async(event: Event, state: GroupState) -> None:
-            await asyncio.to_thread(rule, event, state)
-    return made
-
-
 @pytest.mark.parametrize("handler", ["sync", "async"])
 def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, topics: Any, handler: str) -> None:
     """A reservation rebooked onto another flight (or deleted in a flight it is not on) leaves
@@ -78,7 +64,7 @@ def test_a_rebooking_gives_the_old_flight_its_seats_back(settings: Settings, top
     a delete there: the old flight's seats sold drop. Capacities leave room for every booking,
     so the result does not depend on when a move-out arrives. Two workers split the flights.
     An async handler is called for the leave too (it was skipped: the seats stayed sold)."""
-    the_app = app if handler == "sync" else _app_of("flights", on_reservation, "async")
+    the_app = app if handler == "sync" else app_of("flights", on_reservation, "async")
     rng = random.Random(8)
     flights = [f"LH{i}" for i in range(6)]
     events: list[tuple[str, dict[str, Any], str]] = [
@@ -230,7 +216,7 @@ def test_a_call_overtaken_by_a_newer_version_in_another_group_applies_nothing(
             time.sleep(2)  # B's v2 is applied meanwhile
         on_reservation(event, state)
 
-    slow = _app_of("overtaken", rule, handler)
+    slow = app_of("overtaken", rule, handler)
 
     events: list[tuple[str, dict[str, Any], str]] = [
         ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
@@ -275,7 +261,7 @@ def test_a_leave_whose_handler_fails_is_dead_lettered_with_its_reason(
             return
         on_reservation(event, state)
 
-    failing = _app_of("leave-fails", rule, handler)
+    failing = app_of("leave-fails", rule, handler)
 
     events: list[tuple[str, dict[str, Any], str]] = [
         ("flight", {"flight_number": f, "origin": "FRA", "destination": "JFK", "departure": date(2026, 12, 1),
@@ -331,7 +317,7 @@ def test_a_retried_leave_reads_the_copy_as_it_was(settings: Settings, topics: An
         return {k.split("/", 1)[1]: rec["seats_sold"] for k, (_v, rec) in read_table(settings).items()
                 if rec is not None and k.startswith("flight_load/")}
 
-    with WorkerThread(settings, _app_of("leave-retry", rule, handler), concurrency=4, retries=2,
+    with WorkerThread(settings, app_of("leave-retry", rule, handler), concurrency=4, retries=2,
                       retry_backoff=0.01) as w:
         wait_accounted([w], n)
         wait_until(lambda: sold() == {a: 0, b: 2} and w.committed(), timeout=60, message=lambda: str(sold()))

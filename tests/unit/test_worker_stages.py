@@ -112,6 +112,19 @@ def test_stage_declarations_are_checked() -> None:
         app.handler("reservation")(lambda e, s: None)
 
 
+def test_an_async_handler_cannot_be_inline() -> None:
+    """It would be called on the poll thread and return an un-awaited coroutine: every event
+    would be dead-lettered. Refused when it is registered, saying what to change."""
+    app = App("x")
+
+    async def rule(event: Event, state: GroupState) -> None:
+        return None
+
+    with pytest.raises(AppError, match="handler 'rule' is async, .* cannot be inline: drop inline=True"):
+        app.handler("reservation", inline=True)(rule)
+    app.handler("reservation")(rule)  # not inline: fine
+
+
 def test_a_type_without_group_index_cannot_have_stages(tmp_path: Path) -> None:
     app = App("x")
     app.handler("flight", stage="NEW")(lambda e, s: None)
