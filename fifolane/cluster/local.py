@@ -175,7 +175,7 @@ class LocalCluster:
         with file_lock(self.dir / ".up.lock"):
             current = self.status()
             if current.bootstrap_servers is not None:
-                if bool((self._read_state() or {}).get("secure")) != self.secure and current.running:
+                if bool((self._read_state() or {}).get("secure")) != self.secure and any(b.alive for b in current.brokers):
                     raise ClusterError(
                         f"a local Kafka {'with' if not self.secure else 'without'} --secure is running "
                         f"under {self.dir}; run `fifolane kafka down` first"

@@ -97,7 +97,8 @@ def test_up_on_a_chosen_port_moves_with_its_data_and_refuses_a_taken_one(home: P
 
 def test_up_starts_again_the_nodes_of_a_cluster_that_stopped(home: Path) -> None:
     """One node of three was killed: `kafka up --brokers 3` starts it again (it told the user
-    to take the whole cluster down first), and the data it held is still there."""
+    to take the whole cluster down first), and the data it held is still there. With
+    --secure, it refuses at once: the running nodes are not secure."""
     import signal
 
     from fifolane.cluster import LocalCluster
@@ -110,6 +111,9 @@ def test_up_starts_again_the_nodes_of_a_cluster_that_stopped(home: Path) -> None
     victim = cluster.status().brokers[1]
     assert victim.pid is not None
     os.kill(victim.pid, signal.SIGKILL)
+    secure = _cli(home, "kafka", "up", "--brokers", "3", "--secure", "--timeout", "200")
+    assert secure.returncode != 0  # at once (it waited over the other protocol until its timeout)
+    assert "without --secure is running" in secure.stderr and "Traceback" not in secure.stderr
     again = _cli(home, "kafka", "up", "--brokers", "3")
     assert again.returncode == 0, again.stderr
     assert "started 1 stopped node(s) again" in again.stderr
