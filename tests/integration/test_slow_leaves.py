@@ -43,6 +43,22 @@ def _sold(settings: Settings) -> dict[str, int]:
     return {k.split("/", 1)[1]: r["seats_sold"] for k, r in _table(settings).items() if k.startswith("flight_load/")}
 
 
+def _rebook_r1(settings: Settings, w: WorkerThread, n: int, to: str, leaving: threading.Event) -> int:
+    """Once the ``n`` events sent are in, rebook R1 (3 seats) onto ``to`` at version 2, and
+    wait until its old flight's handler is called for the leave; returns the events sent."""
+    wait_accounted([w], n)
+    n += send_events(settings, [("reservation", reservation("R1", to, 2, seats=3), "upsert")])
+    assert leaving.wait(60), "the leave's handler was never called"
+    return n
+
+
+def _settles(settings: Settings, w: WorkerThread, n: int, want: dict[str, int]) -> None:
+    """Every event is in, the flights' seats sold are ``want``, and nothing was dead-lettered."""
+    wait_accounted([w], n)
+    wait_until(lambda: _sold(settings) == want and w.committed(), timeout=60, message=lambda: str(_sold(settings)))
+    assert w.stats.dead_lettered == 0 and not w.stats.dead_letter_reasons
+
+
 @pytest.mark.parametrize("handler", ["sync", "async"])
 def test_a_slow_leave_holds_its_own_group_only(settings: Settings, topics: Any, handler: str) -> None:
     """R1 is rebooked from A to C. A's handler for R1's leave does not return until the test
@@ -66,9 +82,7 @@ def test_a_slow_leave_holds_its_own_group_only(settings: Settings, topics: Any, 
     n = send_events(settings, events)
     with WorkerThread(settings, app_of("slow-leave", rule, handler), concurrency=4) as w:
         try:
-            wait_accounted([w], n)
-            n += send_events(settings, [("reservation", reservation("R1", c, 2, seats=3), "upsert")])
-            assert leaving.wait(60), "the leave's handler was never called"
+            n = _rebook_r1(settings, w, n, c, leaving)
             n += send_events(settings, [("reservation", reservation("R3", b, 1, seats=4), "upsert"),
                                         ("reservation", reservation("R4", a, 1, seats=1), "upsert")])
             wait_until(lambda: _sold(settings).get(b) == 6, timeout=30, message=lambda: str(_sold(settings)))
@@ -76,10 +90,7 @@ def test_a_slow_leave_holds_its_own_group_only(settings: Settings, topics: Any, 
             assert _sold(settings)[a] == 3
         finally:
             go_on.set()
-        wait_accounted([w], n)
-        wait_until(lambda: _sold(settings) == {a: 1, b: 6, c: 3} and w.committed(), timeout=60,
-                   message=lambda: str(_sold(settings)))
-    assert w.stats.dead_lettered == 0 and not w.stats.dead_letter_reasons
+        _settles(settings, w, n, {a: 1, b: 6, c: 3})
     assert w.stats.moves_applied == 1
 
 
@@ -115,17 +126,12 @@ def test_a_leave_whose_entity_is_taken_meanwhile_is_decided_again(settings: Sett
     n = send_events(settings, events)
     with WorkerThread(settings, app_of("taken-leave", rule, handler), concurrency=4) as w:
         try:
-            wait_accounted([w], n)
-            n += send_events(settings, [("reservation", reservation("R1", c, 2, seats=3), "upsert")])
-            assert leaving.wait(60), "the leave's handler was never called"
+            n = _rebook_r1(settings, w, n, c, leaving)
             n += send_events(settings, [("reservation", reservation("R1", b, 3, seats=3), "upsert")])
             wait_until(lambda: _table(settings).get("reservation/R1", {}).get("flight_number") == b, timeout=30)
         finally:
             taken.set()
-        wait_accounted([w], n)
-        wait_until(lambda: _sold(settings) == {a: 0, b: 3, c: 0} and w.committed(), timeout=60,
-                   message=lambda: str(_sold(settings)))
-    assert w.stats.dead_lettered == 0 and not w.stats.dead_letter_reasons
+        _settles(settings, w, n, {a: 0, b: 3, c: 0})
     assert calls == [(a, 2), (a, 3)]  # the first call's result was dropped; the copy's move-out
     table = _table(settings)
     assert table["reservation/R1"]["flight_number"] == b and table["reservation/R1"]["version"] == 3
