@@ -9,8 +9,8 @@ of the entity in the old group, at the winning version, in the old group's order
 handlers are not called). An inline handler runs on the poll thread, as for any event; any
 other handler runs off it (a pool thread, or the event loop for an ``async`` one), so a slow
 or hung handler holds its own group only, as for any event. If the entity's row here changes
-while that call runs (another group of this partition wrote it), the call's result is
-dropped and the move-out is decided again from the row as it is now. Its other effects (the flight's
+while a call for the live copy runs (another group of this partition took it), the call's
+result is dropped and the move-out is decided again from the row as it is now. Its other effects (the flight's
 seats) are applied; its write of the entity itself is left to the move-out, which removes
 the copy (listeners see ``removed`` with ``moved_to``) whatever the handler did. A handler
 that fails is logged and its move-out record dead-lettered (reason ``handler-error``, or
@@ -68,13 +68,15 @@ def start_move_out(proc: Any, table: TableApplier, event: Event) -> bool:
 
 
 def end_leave(proc: Any, leave: Leave, result: Result) -> None:
-    """The handler call of ``leave`` finished: apply its result and the removal. If the
-    entity's row changed while it ran (a write of another group in this partition: its copy
-    may be gone, or carried by a move-out of its own), nothing of it is applied and the
-    move-out is decided again."""
+    """The handler call of ``leave`` finished: apply its result and the removal. If it was
+    called for the live copy here and the entity's row changed while it ran (a write of
+    another group in this partition took the copy, and sends a move-out carrying it), nothing
+    of it is applied and the move-out is decided again (once: the copy is not here any more).
+    A call for a copy the move-out carries read that copy, not the row, which belongs to the
+    new group and may change as often as it likes meanwhile."""
     event = leave.event
     table = proc.tables.get(event.partition)
-    if table is not None and table.latest(leave.move.key) != leave.before:
+    if table is not None and leave.seed is None and table.latest(leave.move.key) != leave.before:
         log.info("%s %s changed while its handler ran for leaving group %s: deciding again",
                  event.type, event.key, event.group)
         if not start_move_out(proc, table, event):

@@ -136,3 +136,33 @@ def test_a_leave_whose_entity_is_taken_meanwhile_is_decided_again(settings: Sett
     table = _table(settings)
     assert table["reservation/R1"]["flight_number"] == b and table["reservation/R1"]["version"] == 3
 
+
+
+@pytest.mark.parametrize("handler", ["sync", "async"])
+def test_a_leave_for_a_carried_copy_is_called_once_while_the_new_copy_changes(
+        settings: Settings, topics: Any, handler: str) -> None:
+    """R1 is rebooked from A to B in one partition: B's write takes A's copy and sends A a
+    move-out carrying it. While A's handler runs for that leave, R1 is updated in B five
+    times. The call read the carried copy, not B's row: it is applied as it is, once. (It
+    was called again after each of B's updates, holding A meanwhile.)"""
+    a, b = _flights(settings, 2, 0)
+    leaving, go_on = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def rule(event: Event, state: GroupState) -> None:
+        if event.op == "delete" and event.group == a and event.key == "R1":
+            calls.append(event.version)
+            leaving.set()
+            go_on.wait(120)
+        on_reservation(event, state)
+
+    n = send_events(settings, [_flight(a), _flight(b), ("reservation", reservation("R1", a, 1, seats=3), "upsert")])
+    with WorkerThread(settings, app_of("carried-leave", rule, handler), concurrency=4) as w:
+        try:
+            n = _rebook_r1(settings, w, n, b, leaving)
+            n += send_events(settings, [("reservation", reservation("R1", b, v, seats=3), "upsert") for v in range(3, 8)])
+            wait_until(lambda: _table(settings).get("reservation/R1", {}).get("version") == 7, timeout=30)
+        finally:
+            go_on.set()
+        _settles(settings, w, n, {a: 0, b: 3})
+    assert calls == [2]
