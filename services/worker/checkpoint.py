@@ -43,7 +43,7 @@ from fifolane.errors import (
 from services.worker.bisect import Bisection
 from services.worker.kafka import SEND_FAILED, TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
-from services.worker.txn import Background, FenceWatch
+from services.worker.txn import Background
 from services.worker.window import Source
 
 __all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
@@ -94,7 +94,7 @@ class Checkpoint:
         #: per (topic, partition) of the commit under way: (offset committed, position)
         self._points: dict[tuple[str, int], tuple[int, int]] = {}
         self._last: tuple[str, int, int] | None = None
-        self._failures, self._fences = 0, FenceWatch(producer.transactional_id)  # consecutive failures (backoff)
+        self._failures = 0  # consecutive failed checkpoints (backoff)
 
     # -- assignment ----------------------------------------------------------------------------
     def add_source(self, topic: str) -> Source:
@@ -329,7 +329,7 @@ class Checkpoint:
     def _renew(self, exc: KafkaClientError) -> None:
         """A new producer with our transactional id (fences the old one and settles its
         transaction); waits, with backoff, until the coordinator answers."""
-        self._fences.note(exc)  # logs it; raises if another worker has our id
+        log.warning("producer unusable (%s): starting a new one", exc)
         self.producer.renew()
         while not self._stop.is_set():
             try:

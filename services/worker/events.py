@@ -14,6 +14,8 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from fifolane.serde import Decoded
 from services.worker.app import App, Event, HandlerSpec, table_handler
 from services.worker.assignment import Topics
@@ -23,7 +25,7 @@ from services.worker.directory import DirectoryApplier
 from services.worker.dlq import dead_letter
 from services.worker.effects import Effects, check_effects
 from services.worker.ingest import Rejected, to_event
-from services.worker.kafka import Record, consumer_error
+from services.worker.kafka import Record
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
 from services.worker.moveouts import Leave, displaced_move_out, end_leave, overtaken, start_move_out
@@ -79,7 +81,8 @@ class Processing:
         """Take one record the fast path did not (any kind of record)."""
         err = msg.error()
         if err is not None:
-            consumer_error(err)  # logged; a WorkerError if fatal (the consumer is done)
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", err)
             return
         ckpt = self.ckpt
         topic, p, offset = msg.topic(), msg.partition(), msg.offset()

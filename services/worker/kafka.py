@@ -48,7 +48,6 @@ __all__ = [
     "Record",
     "TxnProducer",
     "WorkerConsumer",
-    "consumer_error",
     "map_error",
 ]
 
@@ -84,18 +83,6 @@ def _error_of(exc: KafkaException | KafkaError) -> KafkaError:
     if isinstance(arg, KafkaError):
         return arg
     return KafkaError(KafkaError._FAIL, str(exc))
-
-
-def consumer_error(err: KafkaError) -> None:
-    """An error the consumer delivered in place of a record: logged (the client retries), or
-    a :class:`WorkerError` when it is fatal (the consumer is done: a worker that went on
-    would consume nothing, for good)."""
-    if err.fatal() or err.code() == KafkaError._FATAL:  # a consumer's fatal error: _FATAL, not flagged
-        hint = ("; another worker runs with the same --worker-id (the group's static member id): "
-                "give each worker its own --worker-id") if "group.instance.id" in err.str() else ""
-        raise WorkerError(f"the Kafka consumer failed for good: {err.str()}{hint}")
-    if err.code() != KafkaError._PARTITION_EOF:
-        log.warning("consumer error: %s", err)
 
 
 def map_error(exc: KafkaException | KafkaError, what: str) -> KafkaClientError:
@@ -160,10 +147,6 @@ class TxnProducer:
         #: :data:`SEND_FAILED`, call :meth:`produce` (waits for room, maps the error).
         self.send: Callable[..., None] = self._raw
         self.renewals, self.queue_full = 0, 0  # queue_full: records that met a full local queue
-
-    @property
-    def transactional_id(self) -> str:
-        return str(self._conf.get("transactional.id", ""))
 
     def renew(self) -> None:
         """Replace the client after a fatal error: a new producer with the same settings

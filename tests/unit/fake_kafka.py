@@ -66,7 +66,6 @@ class FakeProducer:
         #: As librdkafka: a transactional producer refuses records outside a transaction
         #: (set by FakeClients for an exactly-once worker).
         self.transactional = False
-        self.transactional_id = "fake-txn"
         self.in_txn = False
         self.full = 0
         self.closed = 0  # close() calls (FakeClients.producer() opens it again)
