@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-__all__ = ["worker"]
+__all__ = ["script", "worker"]
 
 
 @click.command()
@@ -112,3 +112,20 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         w.run()
     finally:  # nothing keeps the worker then: main() destroys the clients its parts still hold
         made.clear()
+
+
+def script(prog_name: str) -> None:
+    """Run :func:`worker` as a script (``python -m services.worker``, the container entry
+    point): a fifolane error is one ``error:`` line and exit code 2, as ``fifolane worker``
+    gives, not a traceback."""
+    import sys
+
+    from fifolane.cli import release_clients
+    from fifolane.errors import FifolaneError
+
+    try:
+        worker(prog_name=prog_name)
+    except FifolaneError as exc:
+        click.echo(f"error: {exc}", err=True)
+        release_clients()
+        sys.exit(2)

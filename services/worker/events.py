@@ -25,7 +25,7 @@ from services.worker.directory import DirectoryApplier
 from services.worker.dlq import dead_letter
 from services.worker.effects import Effects, check_effects
 from services.worker.ingest import Rejected, to_event
-from services.worker.kafka import Record
+from services.worker.kafka import Record, consumer_error
 from services.worker.limits import Limits
 from services.worker.metrics import Stats
 from services.worker.moveouts import Leave, displaced_move_out, end_leave, overtaken, start_move_out
@@ -76,13 +76,13 @@ class Processing:
         self.partial = 0
         self.leaving = False  # applying a handler's effects on a move-out (services/worker/moveouts.py)
         self._leaves: dict[int, Leave] = {}  # id(the call's event) -> the move-out's handler call running
+        self.consumer_failed: KafkaError | None = None  # a fatal error the consumer delivered
 
     def take(self, msg: Record, decoded: Decoded | None = None) -> None:
         """Take one record the fast path did not (any kind of record)."""
         err = msg.error()
-        if err is not None:
-            if err.code() != KafkaError._PARTITION_EOF:
-                log.warning("consumer error: %s", err)
+        if err is not None:  # logged; a fatal one makes the worker renew its consumer (rebalance.py)
+            self.consumer_failed = consumer_error(err) or self.consumer_failed
             return
         ckpt = self.ckpt
         topic, p, offset = msg.topic(), msg.partition(), msg.offset()

@@ -48,6 +48,7 @@ __all__ = [
     "Record",
     "TxnProducer",
     "WorkerConsumer",
+    "consumer_error",
     "map_error",
 ]
 
@@ -83,6 +84,17 @@ def _error_of(exc: KafkaException | KafkaError) -> KafkaError:
     if isinstance(arg, KafkaError):
         return arg
     return KafkaError(KafkaError._FAIL, str(exc))
+
+
+def consumer_error(err: KafkaError) -> KafkaError | None:
+    """An error the consumer delivered in place of a record: ``err`` when it is fatal (the
+    consumer is done: a worker that went on would consume nothing, for good), else None
+    (logged: the client retries)."""
+    if err.fatal() or err.code() == KafkaError._FATAL:  # a consumer's fatal error: _FATAL, not flagged
+        return err
+    if err.code() != KafkaError._PARTITION_EOF:
+        log.warning("consumer error: %s", err)
+    return None
 
 
 def map_error(exc: KafkaException | KafkaError, what: str) -> KafkaClientError:
@@ -277,12 +289,37 @@ class WorkerConsumer:
     """The worker's consumer (calls on the poll thread only), errors mapped."""
 
     def __init__(self, conf: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
-        self._consumer = factory(conf)
-        self.consume = self._consumer.consume  # the hot call; it reports errors in messages
-        self.poll = self._consumer.poll
+        self._conf, self._factory = dict(conf), factory
+        self._subscription: tuple[list[str], dict[str, Any]] | None = None
+        self._open(factory(conf))
+
+    def _open(self, client: Any) -> None:
+        self._consumer = client
+        self.consume = client.consume  # the hot call; it reports errors in messages
+        self.poll = client.poll
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
-        self._consumer.subscribe(topics, **callbacks)
+        """Join the group; the rebalance callbacks hear only from the current client."""
+        def current(callback: Callable[[Any, list[TopicPartition]], None]) -> Callable[..., None]:
+            def call(client: Any, partitions: list[TopicPartition]) -> None:
+                if client is self._consumer:
+                    callback(client, partitions)
+            return call
+        self._subscription = (list(topics), callbacks)
+        self._consumer.subscribe(topics, **{name: current(cb) for name, cb in callbacks.items()})
+
+    def renew(self) -> None:
+        """Replace a client that failed for good (a fatal error: fenced as the group's static
+        member) with a new one that joins the group again, subscribed as the old one was. The
+        caller gave up the old one's partitions first: the group hands them out again."""
+        old = self._consumer
+        self._open(self._factory(self._conf))
+        try:
+            old.close()  # a failed client leaves without a word: its callbacks are not heard
+        except (KafkaException, RuntimeError) as exc:
+            log.info("closing the failed consumer: %s", exc)
+        if self._subscription is not None:
+            self.subscribe(*self._subscription[:1], **self._subscription[1])
 
     def group_metadata(self) -> Any:
         try:

@@ -115,7 +115,7 @@ class TopicConfigs:
 
 
 def buffer_limit(opts: Any, avg_call: float) -> int:
-    """How many events may wait in group queues (the worker's ``_buffer_limit``).
+    """How many events may wait in group queues (the worker's poll loop).
 
     A checkpoint drains them all, so they must be handled within about one commit
     interval (and well within the transaction timeout): with slow handlers the bound

@@ -100,6 +100,9 @@ class LinkedConsumer(WorkerConsumer):
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self._main.subscribe([t for t in topics if t != self.side_topic], **callbacks)
 
+    def renew(self) -> None:
+        self._main.renew()  # the side consumer never joins the group: nothing fences it
+
     def group_metadata(self) -> Any:
         return self._main.group_metadata()
 

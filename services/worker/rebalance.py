@@ -8,32 +8,38 @@ that move (cooperative-sticky assignment); the entity directory's partitions mov
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
+from fifolane.errors import WorkerError
 from services.worker.assignment import Assignment
+from services.worker.kafka import WorkerConsumer
 from services.worker.linked import LinkedConsumer
 
-__all__ = ["Rebalance"]
+__all__ = ["ConsumerFailures", "Rebalance"]
 
 log = logging.getLogger(__name__)
 
 
 class Rebalance:
     """``commit``: finish and commit in-flight work (a checkpoint); ``abort``: give up the
-    open transaction (its partitions are lost: someone else owns them already). ``linked``:
-    the consumer that takes the entity directory's partitions along with the input's
-    (services.worker.linked); None: the directory is not used."""
+    open transaction (its partitions are lost: someone else owns them already). A
+    :class:`LinkedConsumer` takes the entity directory's partitions along with the input's
+    (services.worker.linked)."""
 
-    def __init__(self, assignment: Assignment, commit: Callable[[], None], abort: Callable[[], None],
-                 linked: LinkedConsumer | None = None) -> None:
+    def __init__(self, assignment: Assignment, consumer: WorkerConsumer, commit: Callable[[], None],
+                 abort: Callable[[], None]) -> None:
         self._assignment = assignment
+        self._consumer = consumer
         self._commit = commit
         self._abort = abort
-        self._linked = linked
+        self._linked = consumer if isinstance(consumer, LinkedConsumer) else None
         self._topics = {assignment.topics.input}
+        self._failures = ConsumerFailures()
 
     def _by_topic(self, partitions: list[TopicPartition]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -49,6 +55,17 @@ class Rebalance:
             log.warning("ignoring assigned partitions of other topics: %s (another topic set in this consumer "
                         "group, or an older worker: give each topic set its own --group-id)", stale)
         return out
+
+    def renew(self, err: KafkaError) -> None:
+        """The consumer failed for good (``err``, fatal): its partitions are lost (another
+        member may hold them now), and a new consumer joins the group in its place. Raises
+        :class:`WorkerError` when that keeps happening (:class:`ConsumerFailures`)."""
+        self._failures.note(err)
+        owned = self._assignment.owned
+        log.warning("the consumer failed for good (%s): partitions %s lost, joining the group again with "
+                    "a new consumer", err.str(), owned)
+        self.on_lost(None, [TopicPartition(self._assignment.topics.input, p) for p in owned])
+        self._consumer.renew()
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         for topic, ps in self._by_topic(partitions).items():
@@ -79,3 +96,32 @@ class Rebalance:
                 if linked:
                     self._assignment.revoke(self._linked.side_topic, linked)
                     self._linked.release(linked)
+
+
+class ConsumerFailures:
+    """Fatal consumer errors, to tell a mishap from a worker that cannot go on.
+
+    A static member's consumer is fenced for good now and then with no one else to blame:
+    after a broker failover, the coordinator may keep a member id whose join response was
+    lost. A new consumer then takes the partitions back. When another live worker runs with
+    the same ``--worker-id``, the two fence each other again and again, and neither gets far:
+    after ``limit`` failures within ``window_s``, :meth:`note` stops this worker with a
+    :class:`WorkerError` that says what to fix.
+    """
+
+    def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque(maxlen=limit)
+
+    def note(self, err: KafkaError) -> None:
+        now = time.monotonic()
+        times = self._times
+        times.append(now)
+        if len(times) < (times.maxlen or 0) or now - times[0] > self.window_s:
+            return
+        text = err.str()
+        if "group.instance.id" in text:
+            raise WorkerError(f"the Kafka consumer was fenced {len(times)} times in {now - times[0]:.0f} s "
+                              f"({text}): another worker runs with the same --worker-id in this consumer "
+                              "group. Give each worker its own --worker-id (or leave it out: host and pid)")
+        raise WorkerError(f"the Kafka consumer failed for good {len(times)} times in {now - times[0]:.0f} s: {text}")

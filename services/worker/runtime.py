@@ -38,7 +38,7 @@ from services.worker.events import Processing
 from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
-from services.worker.linked import LinkedConsumer, worker_consumer
+from services.worker.linked import worker_consumer
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.pacing import PAUSE_S, SMALL, EarlySend, caught_up, settle_gc
@@ -172,8 +172,8 @@ class Worker:
         if o.metrics_port is not None:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
-        rebalance = Rebalance(self.assignment, lambda: self.checkpoint(drain=True), self._abort_lost,
-                              self.consumer if isinstance(self.consumer, LinkedConsumer) else None)
+        self._rebalance = rebalance = Rebalance(self.assignment, self.consumer, lambda: self.checkpoint(drain=True),
+                                                self._abort_lost)
         self.consumer.subscribe([self.topics.input], on_assign=rebalance.on_assign,  # the directory: linked
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
@@ -213,7 +213,7 @@ class Worker:
         sched = self.sched
         got, asked = 0, 1
         room = ckpt.room()
-        if sched.queued < self._buffer_limit() and room != 0:
+        if sched.queued < buffer_limit(self.opts, self.processing.avg_call) and room != 0:  # limits.py
             # What the client has fetched already; when that is nothing and nothing else is
             # waiting, block until the first record arrives (consume() would wait for a full
             # batch or the timeout: 100 ms of latency per batch at low rates).
@@ -252,7 +252,7 @@ class Worker:
     def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a
         batch of ``asked``); a Kafka failure aborts and rewinds."""
-        assert self.ckpt is not None and self._fast is not None
+        assert self.ckpt is not None and self._fast is not None and self.processing is not None
         try:
             self.ckpt.open()
             self._fast.take(records)
@@ -260,16 +260,15 @@ class Worker:
                 self.ckpt.producer.flush(0.001)  # a low rate: send what is held now
         except KafkaClientError as exc:
             self._abort(exc)
+        failed, self.processing.consumer_failed = self.processing.consumer_failed, None
+        if failed is not None:  # fenced for good: a new consumer joins the group (rebalance.py)
+            self._rebalance.renew(failed)
 
     def _caught_up(self) -> bool:
         """Whether the input holds at most a few records beyond what was taken (pacing.py)."""
         assert self.ckpt is not None and self.assignment is not None
         src = self.ckpt.add_source(self.settings.input_topic)  # where each partition resumes
         return caught_up(self.consumer, src.topic, self.assignment.tables, min(self.ckpt.taken, SMALL), src.base)
-
-    def _buffer_limit(self) -> int:
-        """How many events may wait in group queues (services.worker.limits.buffer_limit)."""
-        return buffer_limit(self.opts, self.processing.avg_call if self.processing is not None else 0.0)
 
     def close(self) -> None:
         if self.consumer is not None:

@@ -137,6 +137,10 @@ class FakeConsumer:
         self.offsets = committed
         self.metadata: dict[tuple[str, int], str | None] = {}
         self.callbacks: dict[str, Callable[..., None]] = {}
+        self.renewals = 0  # renew() calls: a new client joins the group (callbacks stay)
+
+    def renew(self) -> None:
+        self.renewals += 1
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.callbacks = callbacks
