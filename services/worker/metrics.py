@@ -54,6 +54,7 @@ class Stats:
     moves_applied: int = 0  # copies removed from a group the entity left
     commits: int = 0
     aborts: int = 0
+    consumer_renewals: int = 0  # consumers replaced after the group fenced them for good (rebalance.py)
     last_commit_ms: float = 0.0
     commit_ms_total: float = 0.0
     persist_ms_total: float = 0.0
@@ -125,6 +126,7 @@ class _Collector:
             ("fifolane_moves_applied", m["moves_applied"], "entity copies removed from a group they left"),
             ("fifolane_commits", s.commits, "checkpoints committed"),
             ("fifolane_aborts", s.aborts, "transactions aborted"),
+            ("fifolane_consumer_renewals", s.consumer_renewals, "consumers replaced after the group fenced them"),
             ("fifolane_restored_records", s.restored_records, "changelog records restored"),
             ("fifolane_commit_seconds", s.commit_ms_total / 1000, "time spent committing checkpoints"),
             ("fifolane_persist_seconds", s.persist_ms_total / 1000, "time spent writing committed state to RocksDB"),

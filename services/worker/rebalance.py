@@ -19,6 +19,7 @@ from fifolane.errors import WorkerError
 from services.worker.assignment import Assignment
 from services.worker.kafka import WorkerConsumer
 from services.worker.linked import LinkedConsumer
+from services.worker.metrics import Stats
 
 __all__ = ["ConsumerFailures", "Rebalance"]
 
@@ -32,8 +33,9 @@ class Rebalance:
     (services.worker.linked)."""
 
     def __init__(self, assignment: Assignment, consumer: WorkerConsumer, commit: Callable[[], None],
-                 abort: Callable[[], None]) -> None:
+                 abort: Callable[[], None], stats: Stats) -> None:
         self._assignment = assignment
+        self._stats = stats
         self._consumer = consumer
         self._commit = commit
         self._abort = abort
@@ -66,6 +68,7 @@ class Rebalance:
                     "a new consumer", err.str(), owned)
         self.on_lost(None, [TopicPartition(self._assignment.topics.input, p) for p in owned])
         self._consumer.renew()
+        self._stats.consumer_renewals += 1
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         for topic, ps in self._by_topic(partitions).items():

@@ -173,7 +173,7 @@ class Worker:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
         self._rebalance = rebalance = Rebalance(self.assignment, self.consumer, lambda: self.checkpoint(drain=True),
-                                                self._abort_lost)
+                                                self._abort_lost, self.stats)
         self.consumer.subscribe([self.topics.input], on_assign=rebalance.on_assign,  # the directory: linked
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 

@@ -78,5 +78,5 @@ def test_a_consumer_that_used_the_id_once_is_survived(settings: Settings, topics
         send_events(settings, second)
         want |= {f"reservation/B{i}" for i in range(300)}
         wait_until(lambda: set(read_table(settings)) == want, timeout=120, interval=0.5, message=w.log_tail)
-        assert w.alive()
+        assert w.alive() and w.snapshot()["consumer_renewals"] == 1
         assert w.terminate() == 0

@@ -78,7 +78,8 @@ def test_a_fenced_consumer_gives_up_its_partitions_and_joins_again(tmp_path: Pat
     # The open transaction is aborted (its offsets would be refused: the group fenced this
     # member), nothing reaches the state topic, and no partition is kept: the group hands
     # them out again, to the new consumer or to another worker.
-    assert fc.renewals == 1 and w.stats.aborts == 1 and fp.aborts == 1 and fp.commits == 0
+    assert fc.renewals == 1 and w.stats.consumer_renewals == 1
+    assert w.stats.aborts == 1 and fp.aborts == 1 and fp.commits == 0
     assert w.assigned_partitions == [] and w.ckpt is not None and not w.ckpt.is_open
     assert w.stores.stores == {}
     aborted = len(fp.records)
@@ -88,7 +89,7 @@ def test_a_fenced_consumer_gives_up_its_partitions_and_joins_again(tmp_path: Pat
     w.poll_once()
     w.checkpoint()
     assert _state(clients, aborted) == [b"reservation/R1", b"reservation/R3"] and fp.commits == 1
-    assert w.stats.processed == 2 and fc.renewals == 1
+    assert w.stats.processed == 2 and fc.renewals == 1 and w.stats.consumer_renewals == 1
     w.close()
 
 
