@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException
-from confluent_kafka.admin import ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from fifolane.access import KafkaAccess
 from fifolane.config import Settings
@@ -125,6 +125,10 @@ class KafkaClients:
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
         return TxnProducer(merged_config(self._base, conf), transactional=transactional)
+
+    def admin(self) -> AdminClient:
+        """An admin client (the group watch of services.worker.orphans)."""
+        return AdminClient(dict(self._base))
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""

@@ -41,16 +41,8 @@ from services.worker.txn import guarded
 #: What :attr:`TxnProducer.send` may raise: then :meth:`TxnProducer.produce` the record.
 SEND_FAILED = (BufferError, KafkaException)
 
-__all__ = [
-    "RECORD_ERRORS",
-    "SEND_FAILED",
-    "DeliveryReport",
-    "Record",
-    "TxnProducer",
-    "WorkerConsumer",
-    "consumer_error",
-    "map_error",
-]
+__all__ = ["RECORD_ERRORS", "SEND_FAILED", "DeliveryReport", "Record", "TxnProducer", "WorkerConsumer",
+           "consumer_error", "map_error"]
 
 log = logging.getLogger(__name__)
 
@@ -320,6 +312,16 @@ class WorkerConsumer:
             log.info("closing the failed consumer: %s", exc)
         if self._subscription is not None:
             self.subscribe(*self._subscription[:1], **self._subscription[1])
+
+    def rejoin(self) -> None:
+        """Leave the group (a LeaveGroup, static member or not) and join it again at once: the
+        group rebalances (services.worker.orphans). The partitions are revoked first."""
+        assert self._subscription is not None
+        self._consumer.unsubscribe()
+        self.subscribe(self._subscription[0], **self._subscription[1])
+
+    def member_id(self) -> str | None:
+        return self._consumer.memberid()  # type: ignore[no-any-return]
 
     def group_metadata(self) -> Any:
         try:

@@ -103,6 +103,12 @@ class LinkedConsumer(WorkerConsumer):
     def renew(self) -> None:
         self._main.renew()  # the side consumer never joins the group: nothing fences it
 
+    def rejoin(self) -> None:
+        self._main.rejoin()
+
+    def member_id(self) -> str | None:
+        return self._main.member_id()
+
     def group_metadata(self) -> Any:
         return self._main.group_metadata()
 

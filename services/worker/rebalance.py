@@ -20,6 +20,7 @@ from services.worker.assignment import Assignment
 from services.worker.kafka import WorkerConsumer
 from services.worker.linked import LinkedConsumer
 from services.worker.metrics import Stats
+from services.worker.orphans import OrphanWatch
 
 __all__ = ["ConsumerFailures", "Rebalance"]
 
@@ -30,10 +31,11 @@ class Rebalance:
     """``commit``: finish and commit in-flight work (a checkpoint); ``abort``: give up the
     open transaction (its partitions are lost: someone else owns them already). A
     :class:`LinkedConsumer` takes the entity directory's partitions along with the input's
-    (services.worker.linked)."""
+    (services.worker.linked). ``orphans``: a static member's watch for input partitions that
+    nobody owns (services.worker.orphans), looked at in :meth:`tick`."""
 
     def __init__(self, assignment: Assignment, consumer: WorkerConsumer, commit: Callable[[], None],
-                 abort: Callable[[], None], stats: Stats) -> None:
+                 abort: Callable[[], None], stats: Stats, orphans: OrphanWatch | None = None) -> None:
         self._assignment = assignment
         self._stats = stats
         self._consumer = consumer
@@ -42,6 +44,12 @@ class Rebalance:
         self._linked = consumer if isinstance(consumer, LinkedConsumer) else None
         self._topics = {assignment.topics.input}
         self._failures = ConsumerFailures()
+        self.orphans = orphans
+
+    def tick(self) -> None:
+        """Every turn of the poll loop."""
+        if self.orphans is not None:
+            self.orphans.tick()
 
     def _by_topic(self, partitions: list[TopicPartition]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}

@@ -41,6 +41,7 @@ from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.linked import worker_consumer
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
+from services.worker.orphans import orphan_watch
 from services.worker.pacing import PAUSE_S, SMALL, EarlySend, caught_up, settle_gc
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
@@ -173,7 +174,8 @@ class Worker:
             self.metrics_port = serve_metrics(self.stats, o.metrics_port, o.metrics_host)
             log.info("metrics on %s:%d/metrics", o.metrics_host, self.metrics_port)
         self._rebalance = rebalance = Rebalance(self.assignment, self.consumer, lambda: self.checkpoint(drain=True),
-                                                self._abort_lost, self.stats)
+                                                self._abort_lost, self.stats,
+                                                orphan_watch(clients, self.consumer, self.group_id, s.input_topic, o))
         self.consumer.subscribe([self.topics.input], on_assign=rebalance.on_assign,  # the directory: linked
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
@@ -206,6 +208,7 @@ class Worker:
         consumer, ckpt, assignment = self.consumer, self.ckpt, self.assignment
         assert consumer is not None and ckpt is not None and assignment is not None
         assert self._fast is not None and self.processing is not None
+        self._rebalance.tick()  # a static member's watch for partitions nobody owns (orphans.py)
         if assignment.busy():
             assignment.advance()
             if not assignment.busy():  # partitions just became active
@@ -365,8 +368,7 @@ class Worker:
         for topic, p in outcome.stale:
             self.assignment.restore_again(topic, p)
 
-    def committed(self) -> bool:
-        """Nothing consumed but uncommitted (read under the GIL; a hint for tests)."""
+    def committed(self) -> bool:  # nothing consumed but uncommitted (read under the GIL; a hint for tests)
         return self.ckpt is not None and not self.ckpt.is_open and self.sched.idle()
 
     @property
