@@ -17,12 +17,12 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from fifolane.errors import WorkerError
 from services.worker.assignment import Assignment
-from services.worker.kafka import WorkerConsumer
+from services.worker.kafka import Record, WorkerConsumer, consumer_error
 from services.worker.linked import LinkedConsumer
 from services.worker.metrics import Stats
 from services.worker.orphans import OrphanWatch
 
-__all__ = ["ConsumerFailures", "Rebalance"]
+__all__ = ["ConsumerFailures", "Rebalance", "fatal_error"]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,16 @@ class Rebalance:
                     self._linked.release(linked)
 
 
+def fatal_error(records: list[Record]) -> KafkaError | None:
+    """The fatal consumer error among ``records``, a batch an abort dropped unread: librdkafka
+    delivers it once, and a worker that missed it would poll a dead consumer for good."""
+    for msg in records:
+        err = msg.error()
+        if err is not None and consumer_error(err) is not None:
+            return err
+    return None
+
+
 class ConsumerFailures:
     """Fatal consumer errors, to tell a mishap from a worker that cannot go on.
 
@@ -120,7 +130,7 @@ class ConsumerFailures:
     :class:`WorkerError` that says what to fix.
     """
 
-    def __init__(self, limit: int = 5, window_s: float = 300.0) -> None:
+    def __init__(self, limit: int = 5, window_s: float = 120.0) -> None:
         self.window_s = window_s
         self._times: deque[float] = deque(maxlen=limit)
 

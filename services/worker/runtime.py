@@ -10,11 +10,10 @@ The :class:`Worker` is the poll loop and the wiring; the parts it wires own thei
   :class:`services.worker.calls.HandlerCalls`: per-group order and handler calls;
 - a :class:`services.worker.sink.ChangeSink` (cluster listeners), seeing a narrow context.
 
-One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an
-asyncio loop (async); their results come back through a queue and are applied on the poll
-thread, so every state change, output and notification is produced from one thread, in group
-order. Every ``commit_interval``, and as soon as the input goes idle, the worker commits each
-partition up to its first unfinished event (window.py); docs/architecture.md follows one event.
+One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an asyncio
+loop (async); the poll thread applies their results, so every state change, output and
+notification comes from one thread, in group order. It commits each partition up to its first
+unfinished event (window.py) every ``commit_interval`` and when the input goes idle.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from services.worker.pacing import PAUSE_S, SMALL, EarlySend, caught_up, settle_
 from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
-from services.worker.rebalance import Rebalance
+from services.worker.rebalance import Rebalance, fatal_error
 from services.worker.scheduler import GroupScheduler
 from services.worker.sink import ChangeSink, Context
 from services.worker.state import StoreManager
@@ -263,6 +262,7 @@ class Worker:
                 self.ckpt.producer.flush(0.001)  # a low rate: send what is held now
         except KafkaClientError as exc:
             self._abort(exc)
+            self.processing.consumer_failed = self.processing.consumer_failed or fatal_error(records)  # unread
         failed, self.processing.consumer_failed = self.processing.consumer_failed, None
         if failed is not None:  # fenced for good: a new consumer joins the group (rebalance.py)
             self._rebalance.renew(failed)

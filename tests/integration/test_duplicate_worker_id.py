@@ -3,7 +3,7 @@ file with a fixed id): they share the group's static member id, with which each 
 consumer fences the other's for good (that worker went on consuming nothing, and said
 nothing but a warning), and a transactional id, with which they fence each other at every
 commit. A fenced consumer is replaced by a new one that joins again, so the two take turns;
-after five turns in five minutes one of them stops and says why; the other goes on, and
+after five turns in two minutes one of them stops and says why; the other goes on, and
 nothing is lost. A fencing now and then (a broker failover can leave one behind, and so
 does a consumer that used the id once) is survived."""
 

@@ -14,7 +14,7 @@ from fake_kafka import FakeClients, FakeMsg
 from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
-from fifolane.errors import WorkerError
+from fifolane.errors import ProducerFencedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
 from services.worker.kafka import WorkerConsumer, consumer_error
 from services.worker.options import WorkerOptions
@@ -90,6 +90,19 @@ def test_a_fenced_consumer_gives_up_its_partitions_and_joins_again(tmp_path: Pat
     w.checkpoint()
     assert _state(clients, aborted) == [b"reservation/R1", b"reservation/R3"] and fp.commits == 1
     assert w.stats.processed == 2 and fc.renewals == 1 and w.stats.consumer_renewals == 1
+    w.close()
+
+
+def test_a_fatal_error_in_a_batch_an_abort_dropped_is_not_lost(tmp_path: Path) -> None:
+    """librdkafka delivers the fatal error once: a produce that fails earlier in its batch
+    aborts, and the records after it (the error among them) are never read one by one."""
+    w, clients = _worker(tmp_path)
+    _assign(w, clients, 0, 1)
+    clients.fake_producer.fail = ProducerFencedError("produce: fenced by a newer instance")
+    w.take([_msg(0, 100, "R1", "F0"), _msg(1, 200, "R2", "F1"), _ErrorMsg(KafkaError(KafkaError._FATAL, FENCED))])
+    assert w.stats.aborts == 1 and clients.fake_producer.renewals == 1  # the producer, as before
+    assert clients.fake_consumer.renewals == 1 and w.stats.consumer_renewals == 1  # and the consumer
+    assert w.assigned_partitions == []
     w.close()
 
 
