@@ -79,9 +79,8 @@ def _error_of(exc: KafkaException | KafkaError) -> KafkaError:
 
 
 def consumer_error(err: KafkaError) -> KafkaError | None:
-    """An error the consumer delivered in place of a record: ``err`` when it is fatal (the
-    consumer is done: a worker that went on would consume nothing, for good), else None
-    (logged: the client retries)."""
+    """An error the consumer delivered in place of a record: ``err`` when it is fatal (the consumer
+    is done for good: services.worker.rebalance renews it), else None (logged: the client retries)."""
     if err.fatal() or err.code() == KafkaError._FATAL:  # a consumer's fatal error: _FATAL, not flagged
         return err
     if err.code() != KafkaError._PARTITION_EOF:
@@ -301,24 +300,25 @@ class WorkerConsumer:
         self._consumer.subscribe(topics, **{name: current(cb) for name, cb in callbacks.items()})
 
     def renew(self) -> None:
-        """Replace a client that failed for good (a fatal error: fenced as the group's static
-        member) with a new one that joins the group again, subscribed as the old one was. The
-        caller gave up the old one's partitions first: the group hands them out again."""
+        """Replace a client that failed for good (fenced as the group's static member) with a new one
+        that joins again, subscribed as before; the caller gave up the old one's partitions."""
         old = self._consumer
         self._open(self._factory(self._conf))
         try:
             old.close()  # a failed client leaves without a word: its callbacks are not heard
         except (KafkaException, RuntimeError) as exc:
             log.info("closing the failed consumer: %s", exc)
-        if self._subscription is not None:
-            self.subscribe(*self._subscription[:1], **self._subscription[1])
+        self.rejoin()
+
+    def leave(self) -> None:
+        """Leave the group: the partitions are revoked (in the next ``consume()``), then a
+        LeaveGroup makes the group rebalance, static member or not (services.worker.orphans)."""
+        self._consumer.unsubscribe()
 
     def rejoin(self) -> None:
-        """Leave the group (a LeaveGroup, static member or not) and join it again at once: the
-        group rebalances (services.worker.orphans). The partitions are revoked first."""
-        assert self._subscription is not None
-        self._consumer.unsubscribe()
-        self.subscribe(self._subscription[0], **self._subscription[1])
+        """Join the group again, subscribed as before (after :meth:`renew` or :meth:`leave`)."""
+        if self._subscription is not None:
+            self.subscribe(self._subscription[0], **self._subscription[1])
 
     def member_id(self) -> str | None:
         return self._consumer.memberid()  # type: ignore[no-any-return]

@@ -103,6 +103,9 @@ class LinkedConsumer(WorkerConsumer):
     def renew(self) -> None:
         self._main.renew()  # the side consumer never joins the group: nothing fences it
 
+    def leave(self) -> None:
+        self._main.leave()
+
     def rejoin(self) -> None:
         self._main.rejoin()
 

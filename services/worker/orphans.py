@@ -16,10 +16,11 @@ handler call in flight.
 :class:`OrphanWatch` asks the coordinator every ``interval`` seconds for the members and
 their assignments (one DescribeGroups request, answered off the poll thread). When the group
 is stable and the same partitions have had no owner under the same assignment for ``grace``
-seconds (much longer than a second round takes), the member with the fewest input partitions
-(ties: the lowest member id; after twice ``grace``, any member) leaves the group and joins it
-again: a LeaveGroup makes the coordinator rebalance, static member or not, and that round hands
-the partitions out.
+seconds (much longer than a second round takes), the static member with the fewest input
+partitions (ties: the lowest member id) leaves the group, and one more static member after each
+further ``grace`` (members without the watch never act). A LeaveGroup makes the coordinator
+rebalance, static member or not, and that round hands the partitions out. The member joins
+again once it has left (its member id gone): a subscribe before that would cancel the leave.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ if TYPE_CHECKING:
     from services.worker.kafka import WorkerConsumer
     from services.worker.options import WorkerOptions
 
-__all__ = ["GRACE_S", "INTERVAL_S", "OrphanWatch", "Orphans", "orphan_watch"]
+__all__ = ["GRACE_S", "INTERVAL_S", "LEAVE_S", "OrphanWatch", "Orphans", "orphan_watch"]
 
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 10.0  # between two looks at the group
 GRACE_S = 30.0  # partitions unowned under one assignment this long: rejoin
+LEAVE_S = 60.0  # a leave not done by then (its revoke not run): join again anyway
 
 
 class Orphans:
@@ -53,21 +55,22 @@ class Orphans:
         self._seen: tuple[Any, ...] | None = None
         self._since = 0.0
 
-    def rejoin(self, me: str | None, stable: bool, partitions: int, members: Mapping[str, frozenset[int]],
-               now: float) -> list[int]:
+    def rejoin(self, me: str | None, stable: bool, partitions: int,
+               members: Mapping[str, tuple[bool, frozenset[int]]], now: float) -> list[int]:
         """The partitions nobody owns if this member (``me``, a member id) should leave the
-        group and join again now, else []. ``members``: member id -> its input partitions."""
-        orphans = sorted(set(range(partitions)).difference(*members.values())) if stable else []
+        group and join again now, else []. ``members``: member id -> (whether it is static,
+        its input partitions)."""
+        orphans = sorted(set(range(partitions)).difference(*(ps for _s, ps in members.values()))) if stable else []
         if not orphans or me not in members:
             self._seen = None
             return []
-        seen = (tuple(orphans), tuple(sorted((m, tuple(sorted(ps))) for m, ps in members.items())))
+        seen = (tuple(orphans), tuple(sorted((m, tuple(sorted(ps))) for m, (_s, ps) in members.items())))
         if seen != self._seen:
             self._seen, self._since = seen, now
             return []
-        waited = now - self._since
-        first = min(members, key=lambda m: (len(members[m]), m))
-        if waited < self.grace or (first != me and waited < 2 * self.grace):
+        turns = sorted((len(ps), m) for m, (static, ps) in members.items() if static)
+        turn = next((i for i, (_n, m) in enumerate(turns) if m == me), len(turns))
+        if now - self._since < (turn + 1) * self.grace:
             return []
         self._seen = None
         return orphans
@@ -90,10 +93,14 @@ class OrphanWatch:
         self.orphans = Orphans(grace)
         self._asked: tuple[float, Future[Any], Future[Any]] | None = None
         self._next = clock() + interval
+        self._left: float | None = None  # when this member left the group to join again
         self.rejoins = 0
 
     def tick(self) -> None:
         now = self._clock()
+        if self._left is not None:
+            self._join_again(now)
+            return
         if self._asked is None:
             if now >= self._next:
                 self._next = now + self._interval
@@ -110,16 +117,37 @@ class OrphanWatch:
         except KafkaException as exc:
             log.info("cannot describe consumer group %s: %s", self._group, exc)
             return
-        members = {m.member_id: frozenset(tp.partition for tp in m.assignment.topic_partitions
-                                          if tp.topic == self._topic) for m in desc.members}
+        members = {m.member_id: (m.group_instance_id is not None, frozenset(
+            tp.partition for tp in m.assignment.topic_partitions if tp.topic == self._topic)) for m in desc.members}
         orphans = self.orphans.rejoin(self._consumer.member_id(), desc.state == ConsumerGroupState.STABLE,
-                                      partitions, members, now)
-        if orphans:
-            log.warning("input partitions %s have had no owner in group %s for %.0f s or more (a static member "
-                        "restarted between the two rounds of a cooperative rebalance): leaving the group "
-                        "and joining again, so that it rebalances", orphans, self._group, self.orphans.grace)
-            self.rejoins += 1
+                                      partitions, members, at)  # as it was when asked
+        if not orphans:
+            return
+        log.warning("input partitions %s have had no owner in group %s for %.0f s or more (a static member "
+                    "restarted between the two rounds of a cooperative rebalance): leaving the group "
+                    "and joining again, so that it rebalances", orphans, self._group, self.orphans.grace)
+        try:
+            self._consumer.leave()  # the revoke runs in the next consume(), then the LeaveGroup
+        except KafkaException as exc:  # a consumer failed for good: its error renews it (rebalance.py)
+            log.warning("cannot leave group %s now: %s", self._group, exc)
+            return
+        self._left = now
+        self.rejoins += 1
+
+    def _join_again(self, now: float) -> None:
+        if self._consumer.member_id() and now - (self._left or now) < LEAVE_S:
+            return  # not left yet
+        try:
             self._consumer.rejoin()
+        except KafkaException as exc:
+            log.warning("cannot join group %s again now: %s", self._group, exc)
+            return
+        self._left = None
+        self._next = now + self._interval
+
+    def close(self) -> None:
+        """Drop the admin client: its threads end now, not at the interpreter's exit."""
+        self._asked = self._admin = None
 
     def _ask(self, now: float) -> None:
         try:

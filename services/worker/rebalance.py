@@ -51,6 +51,10 @@ class Rebalance:
         if self.orphans is not None:
             self.orphans.tick()
 
+    def close(self) -> None:
+        if self.orphans is not None:
+            self.orphans.close()
+
     def _by_topic(self, partitions: list[TopicPartition]) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         stale = []

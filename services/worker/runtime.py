@@ -84,6 +84,7 @@ class Worker:
         self._next_checkpoint = 0.0
         self._next_stats = 0.0
         self.metrics_port: int | None = None
+        self._rebalance: Rebalance | None = None
         self.topics = Topics(settings.input_topic, settings.directory_topic if self.opts.directory else None)
         state_dir = Path(self.opts.state_dir or settings.home / "state" / self.opts.worker_id)
         reader = StateRecordReader(self.codec)
@@ -179,8 +180,7 @@ class Worker:
                                 on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
 
     def _parking_of(self, topic: str) -> Parking | None:
-        """Parked groups need the parked topic: required with --on-failure park, and read
-        when it exists (groups parked before stay parked under any policy)."""
+        """The parked topic: required with --on-failure park, read when it exists (under any policy)."""
         assert self.ckpt is not None
         if self.opts.on_failure == "park":
             self._topic_configs.load([topic])  # WorkerError says what to create
@@ -206,7 +206,7 @@ class Worker:
         """One turn of the loop: take a batch, run what is ready, checkpoint when due."""
         consumer, ckpt, assignment = self.consumer, self.ckpt, self.assignment
         assert consumer is not None and ckpt is not None and assignment is not None
-        assert self._fast is not None and self.processing is not None
+        assert self._fast is not None and self.processing is not None and self._rebalance is not None
         self._rebalance.tick()  # a static member's watch for partitions nobody owns (orphans.py)
         if assignment.busy():
             assignment.advance()
@@ -254,7 +254,7 @@ class Worker:
     def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a
         batch of ``asked``); a Kafka failure aborts and rewinds."""
-        assert self.ckpt is not None and self._fast is not None and self.processing is not None
+        assert self.ckpt is not None and self._fast is not None and self.processing is not None and self._rebalance
         try:
             self.ckpt.open()
             self._fast.take(records)
@@ -267,8 +267,7 @@ class Worker:
         if failed is not None:  # fenced for good: a new consumer joins the group (rebalance.py)
             self._rebalance.renew(failed)
 
-    def _caught_up(self) -> bool:
-        """Whether the input holds at most a few records beyond what was taken (pacing.py)."""
+    def _caught_up(self) -> bool:  # whether the input holds at most a few records beyond what was taken (pacing.py)
         assert self.ckpt is not None and self.assignment is not None
         src = self.ckpt.add_source(self.settings.input_topic)  # where each partition resumes
         return caught_up(self.consumer, src.topic, self.assignment.tables, min(self.ckpt.taken, SMALL), src.base)
@@ -277,6 +276,8 @@ class Worker:
         if self.consumer is not None:
             self.consumer.close()  # revokes: our on_revoke checkpoints first
             self.consumer = None
+        if self._rebalance is not None:
+            self._rebalance.close()  # the orphan watch's admin client
         if self.assignment is not None:
             for task in list(self.assignment.restoring.values()):
                 task.cancel()
@@ -292,8 +293,7 @@ class Worker:
         self._write_stats(force=True)
 
     # ------------------------------------------------------------------ checkpoints
-    def drain(self) -> None:
-        """Run until every consumed event is processed, superseded or dead-lettered."""
+    def drain(self) -> None:  # until every consumed event is processed, superseded or dead-lettered
         assert self.processing is not None
         self.processing.drain()
 

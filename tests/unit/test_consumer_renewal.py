@@ -181,3 +181,19 @@ def test_renew_replaces_the_client_and_hears_only_the_new_one() -> None:
     new.callbacks["on_assign"](new, [TopicPartition("in", 1)])
     old.callbacks["on_assign"](old, [TopicPartition("in", 2)])  # late word from the old one: not heard
     assert heard == [("assign", old, [0]), ("assign", new, [1])]  # the old one's close revoked nothing here
+
+
+def test_a_static_workers_group_watch_closes_its_admin_client_with_the_worker(tmp_path: Path) -> None:
+    """The watch for partitions nobody owns (services/worker/orphans.py) makes an admin client
+    when it first looks at the group; the worker's close() drops it (its threads end then, not
+    at the interpreter's exit, where OpenSSL's exit handler could crash a client still running)."""
+    clients = FakeClients({("in", 0): 100})
+    settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq")
+    w = Worker(settings, None, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state", static_membership=True),
+               catalog=CATALOG, clients=clients)
+    w.connect()
+    assert w._rebalance is not None and w._rebalance.orphans is not None
+    w._rebalance.orphans._ask(0.0)  # what the watch does 10 s after the start
+    assert w._rebalance.orphans._admin is not None
+    w.close()
+    assert w._rebalance.orphans._admin is None and w._rebalance.orphans._asked is None
