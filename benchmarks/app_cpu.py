@@ -92,7 +92,7 @@ def measure(events: int, app: str = APP, guarantee: Guarantee = "exactly-once") 
     return {"events": len(msgs), "cpu_us_per_event": cpu / len(msgs) * 1e6,
             "wall_us_per_event": wall / len(msgs) * 1e6, "produced": produced[0],
             **{k: getattr(stats, k) for k in ("consumed", "processed", "superseded", "dead_lettered",
-                                               "state_writes")}}
+                                               "state_writes", "state_coalesced")}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu.append(r["cpu_us_per_event"])
         print(f"run {i + 1}: {r['events']:,} events, {r['cpu_us_per_event']:.1f} us CPU per event "
               f"({r['wall_us_per_event']:.1f} us wall); processed {r['processed']:,}, superseded "
-              f"{r['superseded']:,}, dead-lettered {r['dead_lettered']:,}, records produced {r['produced']:,}",
+              f"{r['superseded']:,}, dead-lettered {r['dead_lettered']:,}, records produced {r['produced']:,} "
+              f"(state writes {r['state_writes']:,}, {r['state_coalesced']:,} of them coalesced)",
               flush=True)
     print(f"best {min(cpu):.1f} us, median {statistics.median(cpu):.1f} us CPU per event")
     return 0

@@ -76,6 +76,13 @@ class Assignment:
         self._restored: list[tuple[str, int]] = []
         self._announced: set[int] = set()
 
+    def send_state(self) -> None:
+        """Send the state records the tables' writes hold back (TableApplier.send_unsent):
+        after each consumed batch and handler results, and before every commit
+        (services.worker.runtime: ``take``, ``poll_once``, ``checkpoint``)."""
+        for table in self.tables.values():
+            table.send_unsent()
+
     # -- rebalance -----------------------------------------------------------------------------
     def assign(self, topic: str, partitions: list[int]) -> None:
         """New partitions (inside the rebalance callback): pause them, restore their stores."""

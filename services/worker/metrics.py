@@ -18,7 +18,7 @@ __all__ = ["TRANSACTIONAL", "Stats", "lag_of", "serve_metrics", "update_lag"]
 #: replay counts its records again), so each input record is counted once, as committed.
 TRANSACTIONAL = ("consumed", "processed", "superseded", "dead_lettered", "writes_superseded",
                  "replay_skipped", "parks", "replayed", "stage_superseded", "stage_failures",
-                 "state_writes", "outputs", "claims_sent", "claims", "moves_sent", "moves_applied")
+                 "state_writes", "state_coalesced", "outputs", "claims_sent", "claims", "moves_sent", "moves_applied")
 
 
 @dataclass
@@ -47,6 +47,7 @@ class Stats:
     stage_failures: int = 0  # events of a later pipeline stage that were dead-lettered
     handler_retries: int = 0
     state_writes: int = 0
+    state_coalesced: int = 0  # state writes whose record a later write of the entity in its batch replaced
     outputs: int = 0
     claims_sent: int = 0  # entity directory claims produced
     claims: int = 0  # directory claims decided (owner of directory partitions)

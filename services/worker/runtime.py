@@ -58,9 +58,8 @@ log = logging.getLogger(__name__)
 class Worker:
     """A fifolane worker process (see the module docstring).
 
-    ``sink``: an optional change sink (``listeners`` is its older name). ``clients``: how
-    the Kafka clients are made (:class:`services.worker.clients.KafkaClients`; unit tests
-    pass fakes).
+    ``sink``: an optional change sink (``listeners``: its older name). ``clients``: makes the
+    Kafka clients (:class:`services.worker.clients.KafkaClients`; unit tests pass fakes).
     """
 
     def __init__(self, settings: Settings, app: App | None = None,
@@ -205,8 +204,7 @@ class Worker:
     def poll_once(self) -> None:
         """One turn of the loop: take a batch, run what is ready, checkpoint when due."""
         consumer, ckpt, assignment = self.consumer, self.ckpt, self.assignment
-        assert consumer is not None and ckpt is not None and assignment is not None
-        assert self._fast is not None and self.processing is not None and self._rebalance is not None
+        assert consumer and ckpt and assignment and self._fast and self.processing and self._rebalance
         self._rebalance.tick()  # a static member's watch for partitions nobody owns (orphans.py)
         if assignment.busy():
             assignment.advance()
@@ -216,9 +214,8 @@ class Worker:
         got, asked = 0, 1
         room = ckpt.room()
         if sched.queued < buffer_limit(self.opts, self.processing.avg_call) and room != 0:  # limits.py
-            # What the client has fetched already; when that is nothing and nothing else is
-            # waiting, block until the first record arrives (consume() would wait for a full
-            # batch or the timeout: 100 ms of latency per batch at low rates).
+            # What the client has fetched; if nothing, and nothing waits, block for the first record
+            # (consume() would wait for a full batch or the timeout: 100 ms a batch at low rates).
             n = 1000 if room is None else min(1000, room)
             msgs = consumer.consume(n, timeout=0)
             if not msgs and sched.idle():
@@ -242,6 +239,7 @@ class Worker:
                     return
         try:
             self.processing.pump(block=got == 0 and sched.in_flight > 0)
+            assignment.send_state()
         except KafkaClientError as exc:
             self._abort(exc)
             return
@@ -254,10 +252,11 @@ class Worker:
     def take(self, records: list[Record], asked: int = 0) -> None:
         """Take consumed records into the open transaction (what ``poll_once`` does with a
         batch of ``asked``); a Kafka failure aborts and rewinds."""
-        assert self.ckpt is not None and self._fast is not None and self.processing is not None and self._rebalance
+        assert self.ckpt and self._fast and self.processing and self._rebalance and self.assignment
         try:
             self.ckpt.open()
             self._fast.take(records)
+            self.assignment.send_state()
             if self.eos and self._early.after_batch(len(records), asked):
                 self.ckpt.producer.flush(0.001)  # a low rate: send what is held now
         except KafkaClientError as exc:
@@ -311,13 +310,14 @@ class Worker:
         (before partitions are given up, and when stopping).
         """
         ckpt, processing = self.ckpt, self.processing
-        assert ckpt is not None and processing is not None
+        assert ckpt is not None and processing is not None and self.assignment is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
         try:
             if drain or processing.partial or ckpt.needs_drain() or ckpt.bisecting:  # bisecting: calls' effects with their input
                 processing.drain()
             else:
                 processing.settle()
+            self.assignment.send_state()  # what the writes held back (table.py): in this transaction
         except KafkaClientError as exc:
             self._abort(exc)
             return

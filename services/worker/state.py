@@ -98,6 +98,7 @@ class PartitionStore:
         self._moved: dict[bytes, str] = {}
         # overlay keys that need a group-index entry (new entities, or moved to another group)
         self._indexed: set[bytes] = set()
+        self.unsent: dict[bytes, None] = {}  # overlay keys whose state record waits (table.py)
 
     # -- reads ------------------------------------------------------------------------
     def get(self, ekey: bytes) -> Row | None:
@@ -143,8 +144,7 @@ class PartitionStore:
         return not (it.valid() and it.key().startswith(b"e:"))
 
     def committed_version(self, ekey: bytes) -> int | None:
-        data = self.db.get(b"e:" + ekey)
-        row = None if data is None else self.unpack(data)
+        row = self.unpack(data) if (data := self.db.get(b"e:" + ekey)) is not None else None
         return None if row is None else row.version
 
     def scan_group(self, group: str, prefix: bytes = b"") -> Iterator[tuple[bytes, Row]]:
@@ -243,7 +243,7 @@ class PartitionStore:
 
     def rollback(self) -> None:
         """Forget the staged writes (their transaction aborted)."""
-        for staged in (self.overlay, self._moved, self._indexed):
+        for staged in (self.overlay, self._moved, self._indexed, self.unsent):
             staged.clear()
 
     # -- changelog restore ------------------------------------------------------------

@@ -7,7 +7,13 @@ An applier owns the rules of a write, each in one place:
 - the size check: a state record Kafka would refuse is not written (the caller
   dead-letters its input);
 - staging the row in the partition's store (RocksDB gets it after the commit);
-- the state-topic record: the value, or a tombstone whose headers keep the delete's version;
+- the state-topic record: the value, or a tombstone whose headers keep the delete's version.
+  A table-handler upsert's record is sent at once; a :meth:`TableApplier.write`'s (handlers'
+  writes, deletes, move-outs) once per consumed batch, by :meth:`TableApplier.send_unsent`,
+  with the entity's latest row: an entity a batch writes many times (a flight's load, once
+  per reservation) gets one record, as the store gets one row per commit. The worker sends
+  them after each batch and before every commit (``Worker.checkpoint``), so each
+  transaction still carries the latest state of every entity it wrote;
 - the change sink (cluster listeners);
 - the entity directory claim when an entity appears in this partition or changes group, so
   the group it left hears of it (services/worker/directory.py).
@@ -45,7 +51,7 @@ class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
     __slots__ = ("_absent", "_claim", "_db_get", "_group_index", "_headers", "_need_old", "_overlay", "_recent", "_out", "_sink",
-                 "_topic", "_unpack", "displaced", "partition", "room", "stats", "store")
+                 "_topic", "_unpack", "_unsent", "displaced", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, out: TxnProducer, *, state_topic: str, room: int,
                  stats: Stats, sink: ChangeSink | None = None, claim: Claim | None = None,
@@ -66,6 +72,7 @@ class TableApplier:
         self._db_get = store.db.get
         self._absent = store.absent
         self._unpack = store.unpack
+        self._unsent = store.unsent
         # The previous row itself (not only its version) is needed by a change sink and to
         # keep the group index.
         self._need_old = sink is not None or store.group_index
@@ -110,6 +117,9 @@ class TableApplier:
         if len(ekey) + len(value) + (len(gbytes) + len(type_name) if self._headers else 0) > self.room:
             return TOO_LARGE
         new = Row(version, False, group, value)
+        unsent = self._unsent
+        if unsent and ekey in unsent:
+            del unsent[ekey]  # this newer record goes out now
         # not STALE (an int) here, so a Row unless unknown (None) or packed (bytes)
         old_row: Row | None = None if old is None or type(old) is bytes else old  # type: ignore[assignment]
         if self._group_index:
@@ -156,18 +166,35 @@ class TableApplier:
         if self._claim is not None and moved_to is None and (
                 old_row is None or old_row.deleted or old_row.group != new.group):
             self._claim(self.partition, ekey, new.group, new.version, new.deleted)
-        if new.deleted or self._headers:
-            headers = state_headers(ekey[: ekey.find(b"/")], new.group.encode(), new.version)
-            self._out.produce(self._topic, new.value, ekey, self.partition, headers)
+        unsent = self._unsent
+        if ekey in unsent:
+            self.stats.state_coalesced += 1  # its earlier record in this batch is not sent
         else:
-            try:  # as in upsert: the client's own produce first
-                self._out.send(self._topic, new.value, ekey, self.partition)
-            except SEND_FAILED as exc:
-                self._out.produce(self._topic, new.value, ekey, self.partition, None,
-                                  full=type(exc) is BufferError)
+            unsent[ekey] = None  # sent by send_unsent, with the row the entity has then
         if self._sink is not None:
             self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record, moved_to)
         return APPLIED
+
+    def send_unsent(self) -> None:
+        """Send the state records of the writes since the last call: one per entity, its
+        latest row (the value, or a tombstone with the delete's version in its headers)."""
+        unsent = self._unsent
+        if not unsent:
+            return
+        overlay, out, topic, p, all_headers = self._overlay, self._out, self._topic, self.partition, self._headers
+        for ekey in unsent:
+            row = overlay.get(ekey)
+            if row is None:
+                continue  # not staged any more (rolled back)
+            if row.deleted or all_headers:
+                headers = state_headers(ekey[: ekey.find(b"/")], row.group.encode(), row.version)
+                out.produce(topic, row.value, ekey, p, headers)
+            else:
+                try:  # as in upsert: the client's own produce first
+                    out.send(topic, row.value, ekey, p)
+                except SEND_FAILED as exc:
+                    out.produce(topic, row.value, ekey, p, None, full=type(exc) is BufferError)
+        unsent.clear()
 
 
 def _moved(packed: bytes, gbytes: bytes) -> bool:

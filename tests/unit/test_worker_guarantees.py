@@ -642,3 +642,92 @@ def test_emit_takes_header_pairs_given_as_lists(tmp_path: Path) -> None:
     w.checkpoint()
     assert (w.stats.processed, w.stats.dead_lettered) == (1, 0)
     assert [h for t, _v, _k, _p, h in clients.fake_producer.records if t == "out"] == [[("h", b"x"), ("i", "y")]]
+
+
+def _counting_app(inline: bool) -> App:
+    """Each reservation is stored, and its flight's ``flight_load`` counts the seats: written
+    once per event, as the flights app does."""
+    app = App("counting")
+
+    @app.handler("reservation", inline=inline)
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        load = state.get("flight_load", event.group)
+        sold = load["seats_sold"] if load else 0
+        state.put("reservation", event.value)
+        state.put("flight_load", {"flight_number": event.group, "seats_sold": sold + 1, "capacity": 9,
+                                  "rejected_seats": 0, "version": (load["version"] if load else 0) + 1})
+
+    return app
+
+
+def _state_records(clients: FakeClients) -> list[tuple[bytes, int | None]]:
+    """(entity key, version) of every state record in order; None: a tombstone."""
+    return [(k, None if v is None else CODEC.decode(v).version)
+            for t, v, k, _p, _h in clients.fake_producer.records if t == "state"]
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_an_entity_written_many_times_in_a_batch_gets_one_state_record(tmp_path: Path, inline: bool) -> None:
+    """The state topic gets an entity's latest row once per consumed batch: a flight's load,
+    written for each of its reservations, is one record (its last version), the reservations
+    one each; the coalesced writes are counted, and every record is in the transaction that
+    commits them (sent before the commit)."""
+    w, clients = _worker(tmp_path, _counting_app(inline), concurrency=4)
+    sent_at_commit: list[int] = []
+    commit = clients.fake_producer.commit
+    clients.fake_producer.commit = lambda timeout: (  # type: ignore[method-assign]
+        sent_at_commit.append(len(clients.fake_producer.records)), commit(timeout))[1]
+    w.take([_msg(0, 100 + i, f"R{i}", "F1", 1) for i in range(5)] + [_msg(1, 200, "R9", "F2", 1)])
+    w.drain()
+    w.checkpoint()
+    state = _state_records(clients)
+    loads = [(k, v) for k, v in state if k.startswith(b"flight_load/")]
+    assert sorted(k for k, _v in state if k.startswith(b"reservation/")) == sorted(
+        f"reservation/R{i}".encode() for i in (0, 1, 2, 3, 4, 9))
+    if inline:  # one batch: one record per load, its last version
+        assert sorted(loads) == [(b"flight_load/F1", 5), (b"flight_load/F2", 1)]
+        assert w.stats.state_coalesced == 4
+    else:  # calls finish apart: a load's records are of rising versions, the last one 5
+        assert [v for k, v in loads if k == b"flight_load/F1"][-1] == 5
+        assert [v for k, v in loads if k == b"flight_load/F1"] == sorted(v for k, v in loads if k == b"flight_load/F1")
+        assert w.stats.state_coalesced == 6 - len(loads)
+    assert w.stats.state_writes == 12
+    assert sent_at_commit == [len(clients.fake_producer.records)]  # all before the commit
+    w.take([_msg(0, 105, "R5", "F1", 1)])  # the next batch sends the load again
+    w.drain()
+    w.checkpoint()
+    assert _state_records(clients)[-2:] in ([(b"reservation/R5", 1), (b"flight_load/F1", 6)],
+                                            [(b"flight_load/F1", 6), (b"reservation/R5", 1)])
+    w.calls.shutdown()
+
+
+def test_an_abort_drops_the_state_records_a_batch_held_back(tmp_path: Path) -> None:
+    """A transaction that aborts before its held-back state records went out sends none of
+    them; its replay sends each entity's latest record once."""
+    w, clients = _worker(tmp_path, _counting_app(inline=True))
+    batch = [_msg(0, 100, "R1", "F1", 1), _msg(0, 101, "R2", "F1", 1)]
+    clients.fake_producer.fail = TransactionAbortedError("queue in error state", code="_STATE", abortable=True)
+    w.take(batch)  # the first record held back fails: the batch aborts
+    assert w.stats.aborts == 1 and w.stats.state_coalesced == 0
+    assert all(not st.unsent and not st.overlay for st in w.stores.stores.values())
+    w.take(batch)  # the replay
+    w.checkpoint()
+    records = _state_records(clients)
+    assert sorted(records[-3:]) == [(b"flight_load/F1", 2), (b"reservation/R1", 1), (b"reservation/R2", 1)]
+    assert w.stats.state_coalesced == 1
+
+
+def test_a_delete_held_back_never_follows_a_newer_upsert_of_its_entity(tmp_path: Path) -> None:
+    """The table handler sends an upsert at once and holds a delete's tombstone to the end of
+    the batch: a newer upsert in the same batch cancels the held tombstone, so the entity's
+    last state record is the upsert."""
+    w, clients = _worker(tmp_path)
+    delete = FakeMsg(0, 101, b"F1", CODEC.encode_delete("reservation", "R1", "F1", 2))
+    w.take([_msg(0, 100, "R1", "F1", 1), delete, _msg(0, 102, "R1", "F1", 3), _msg(0, 103, "R2", "F1", 1)])
+    w.checkpoint()
+    assert _state_records(clients) == [(b"reservation/R1", 1), (b"reservation/R1", 3), (b"reservation/R2", 1)]
+    w.take([FakeMsg(0, 104, b"F1", CODEC.encode_delete("reservation", "R2", "F1", 2))])
+    w.checkpoint()
+    assert _state_records(clients)[-1] == (b"reservation/R2", None)  # a tombstone
+    assert w.stats.processed == 5
