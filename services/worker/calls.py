@@ -36,6 +36,8 @@ class HandlerCalls:
         self.codec = codec
         self.catalog = catalog
         self.completions: queue.SimpleQueue[Result] = queue.SimpleQueue()
+        #: calls submitted whose result was not taken yet (submit, take: the poll thread's)
+        self.outstanding = 0
         #: decoded records handlers read, by their bytes (services/worker/records.py)
         self._decode_value = codec.decoder()
         self._encoder = codec.encoder()  # CallState.put: encode without the codec's frames
@@ -129,6 +131,7 @@ class HandlerCalls:
                seed: dict[bytes, Write] | None = None) -> None:
         """Start a call in the background; its result arrives on :attr:`completions`.
         ``seed`` as in :meth:`call_sync`."""
+        self.outstanding += 1
         if spec.is_async:
             fut = asyncio.run_coroutine_threadsafe(self.call_async(event, spec, store, seed), self._async_loop())
             fut.add_done_callback(lambda f: self._done(event, f))
@@ -151,7 +154,21 @@ class HandlerCalls:
             self._loop = loop
         return self._loop
 
+    def take(self, timeout: float | None) -> Result:
+        """The result of a call :meth:`submit` started, the first to finish (``timeout``:
+        seconds to wait for one, None: none); :class:`queue.Empty` if there is none."""
+        completions = self.completions
+        result = completions.get_nowait() if timeout is None else completions.get(timeout=timeout)
+        self.outstanding -= 1
+        return result
+
     def forget_completions(self) -> None:
+        """Wait for the calls still running (after an abort: their events are replayed) and
+        drop every result not taken. Only calls :meth:`submit` started are waited for: an
+        event whose lane is busy without one (a failure in its synchronous start) is not."""
+        for _ in range(self.outstanding):
+            self.completions.get()
+        self.outstanding = 0
         while True:
             try:
                 self.completions.get_nowait()

@@ -183,6 +183,7 @@ class Processing:
 
     def _start(self, event: Event) -> None:
         """Dispatch the head event of a group (called by the scheduler)."""
+        self.ckpt.open()  # (it may come after a commit, behind a call that applied nothing)
         table = self.tables.get(event.partition)
         if table is None:  # its partition went away while it waited: replayed by the new owner
             self._complete(event)
@@ -251,8 +252,7 @@ class Processing:
         while True:
             sched.dispatch(self._start)
             try:
-                completions = self.calls.completions
-                result = completions.get(timeout=0.005) if block else completions.get_nowait()
+                result = self.calls.take(0.005 if block else None)
             except queue.Empty:
                 break
             self._finish(result, late=True)
@@ -388,12 +388,9 @@ class Processing:
         """Forget queued events after an abort (they are replayed). Handler calls still
         running would report events the scheduler no longer knows: wait for them (as a
         drain would) and drop their results."""
-        completions = self.calls.completions
-        for _ in range(self.sched.in_flight):
-            completions.get()
+        self.calls.forget_completions()
         self.sched.clear()
         self._leaves.clear()
-        self.calls.forget_completions()
         self.partial = 0
         if self.releases is not None:
             self.releases.forget()

@@ -120,6 +120,7 @@ class TableApplier:
         unsent = self._unsent
         if unsent and ekey in unsent:
             del unsent[ekey]  # this newer record goes out now
+            self.stats.state_coalesced += 1
         # not STALE (an int) here, so a Row unless unknown (None) or packed (bytes)
         old_row: Row | None = None if old is None or type(old) is bytes else old  # type: ignore[assignment]
         if self._group_index:

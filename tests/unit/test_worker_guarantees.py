@@ -705,10 +705,11 @@ def test_an_entity_written_many_times_in_a_batch_gets_one_state_record(tmp_path:
 def test_an_abort_drops_the_state_records_a_batch_held_back(tmp_path: Path) -> None:
     """A transaction that aborts before its held-back state records went out sends none of
     them; its replay sends each entity's latest record once."""
-    w, clients = _worker(tmp_path, _counting_app(inline=True))
-    batch = [_msg(0, 100, "R1", "F1", 1), _msg(0, 101, "R2", "F1", 1)]
+    w, clients = _worker(tmp_path, _counting_app(inline=True), directory=False)  # no claims: the
+    batch = [_msg(0, 100, "R1", "F1", 1), _msg(0, 101, "R2", "F1", 1)]  # first record sent is a held one
     clients.fake_producer.fail = TransactionAbortedError("queue in error state", code="_STATE", abortable=True)
     w.take(batch)  # the first record held back fails: the batch aborts
+    assert clients.fake_producer.records == []
     assert w.stats.aborts == 1 and w.stats.state_coalesced == 0
     assert all(not st.unsent and not st.overlay for st in w.stores.stores.values())
     w.take(batch)  # the replay
