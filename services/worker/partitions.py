@@ -93,7 +93,8 @@ class PartitionParts:
         state = self._settings.state_topic
         return TableApplier(self._stores.stores[p], self._ckpt.producer, state_topic=state,
                             room=self._limits.room(state), stats=self._stats, sink=self._sink,
-                            claim=self.claim, state_headers=self._settings.state_headers)
+                            claim=self.claim, state_headers=self._settings.state_headers,
+                            hold=self._ckpt.eos)
 
     def make_directory(self, p: int) -> DirectoryApplier:
         assert self._dir_stores is not None and self._topics.directory

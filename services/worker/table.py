@@ -8,12 +8,16 @@ An applier owns the rules of a write, each in one place:
   dead-letters its input);
 - staging the row in the partition's store (RocksDB gets it after the commit);
 - the state-topic record: the value, or a tombstone whose headers keep the delete's version.
-  A table-handler upsert's record is sent at once; a :meth:`TableApplier.write`'s (handlers'
-  writes, deletes, move-outs) once per consumed batch, by :meth:`TableApplier.send_unsent`,
-  with the entity's latest row: an entity a batch writes many times (a flight's load, once
-  per reservation) gets one record, as the store gets one row per commit. The worker sends
-  them after each batch and before every commit (``Worker.checkpoint``), so each
-  transaction still carries the latest state of every entity it wrote;
+  A table-handler upsert's record is sent at once. Exactly-once (``hold``), a
+  :meth:`TableApplier.write`'s (handlers' writes, deletes, move-outs) is sent once per
+  consumed batch, by :meth:`TableApplier.send_unsent`, with the entity's latest row: an
+  entity a batch writes many times (a flight's load, once per reservation) gets one record,
+  as the store gets one row per commit. The worker sends them after each batch and before
+  every commit (``Worker.checkpoint``); the transaction makes the batch's records visible
+  together, so no reader sees a record ahead of the ones it depends on. At-least-once output
+  is visible as it is sent, and a crash leaves a prefix of it: there each write's record is
+  sent at once, in write order (held, a flight's load, sent at the first write of its batch,
+  could arrive without the reservations it counts, which a restart then counted again);
 - the change sink (cluster listeners);
 - the entity directory claim when an entity appears in this partition or changes group, so
   the group it left hears of it (services/worker/directory.py).
@@ -51,11 +55,11 @@ class TableApplier:
     """Applies entity writes to one partition (see the module docstring)."""
 
     __slots__ = ("_absent", "_claim", "_db_get", "_group_index", "_headers", "_need_old", "_overlay", "_recent", "_out", "_sink",
-                 "_topic", "_unpack", "_unsent", "displaced", "partition", "room", "stats", "store")
+                 "_topic", "_unpack", "_unsent", "_hold", "displaced", "partition", "room", "stats", "store")
 
     def __init__(self, store: PartitionStore, out: TxnProducer, *, state_topic: str, room: int,
                  stats: Stats, sink: ChangeSink | None = None, claim: Claim | None = None,
-                 state_headers: bool = False) -> None:
+                 state_headers: bool = False, hold: bool = False) -> None:
         self.store = store
         self.partition = store.partition
         self.stats = stats
@@ -73,6 +77,8 @@ class TableApplier:
         self._absent = store.absent
         self._unpack = store.unpack
         self._unsent = store.unsent
+        #: hold handler writes' records to the end of the batch (see the module docstring)
+        self._hold = hold
         # The previous row itself (not only its version) is needed by a change sink and to
         # keep the group index.
         self._need_old = sink is not None or store.group_index
@@ -167,11 +173,14 @@ class TableApplier:
         if self._claim is not None and moved_to is None and (
                 old_row is None or old_row.deleted or old_row.group != new.group):
             self._claim(self.partition, ekey, new.group, new.version, new.deleted)
-        unsent = self._unsent
-        if ekey in unsent:
-            self.stats.state_coalesced += 1  # its earlier record in this batch is not sent
+        if self._hold:
+            unsent = self._unsent
+            if ekey in unsent:
+                self.stats.state_coalesced += 1  # its earlier record in this batch is not sent
+            else:
+                unsent[ekey] = None  # sent by send_unsent, with the row the entity has then
         else:
-            unsent[ekey] = None  # sent by send_unsent, with the row the entity has then
+            self._send(ekey, new)
         if self._sink is not None:
             self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record, moved_to)
         return APPLIED
@@ -182,20 +191,25 @@ class TableApplier:
         unsent = self._unsent
         if not unsent:
             return
-        overlay, out, topic, p, all_headers = self._overlay, self._out, self._topic, self.partition, self._headers
+        overlay, send = self._overlay, self._send
         for ekey in unsent:
             row = overlay.get(ekey)
-            if row is None:
-                continue  # not staged any more (rolled back)
-            if row.deleted or all_headers:
-                headers = state_headers(ekey[: ekey.find(b"/")], row.group.encode(), row.version)
-                out.produce(topic, row.value, ekey, p, headers)
-            else:
-                try:  # as in upsert: the client's own produce first
-                    out.send(topic, row.value, ekey, p)
-                except SEND_FAILED as exc:
-                    out.produce(topic, row.value, ekey, p, None, full=type(exc) is BufferError)
+            if row is not None:  # (else not staged any more: rolled back)
+                send(ekey, row)
         unsent.clear()
+
+    def _send(self, ekey: bytes, row: Row) -> None:
+        """Produce the state record of a row: its value, or a tombstone whose headers keep
+        the delete's version (upserts get headers only with ``state_headers``)."""
+        out, topic, p = self._out, self._topic, self.partition
+        if row.deleted or self._headers:
+            headers = state_headers(ekey[: ekey.find(b"/")], row.group.encode(), row.version)
+            out.produce(topic, row.value, ekey, p, headers)
+        else:
+            try:  # as in upsert: the client's own produce first
+                out.send(topic, row.value, ekey, p)
+            except SEND_FAILED as exc:
+                out.produce(topic, row.value, ekey, p, None, full=type(exc) is BufferError)
 
 
 def _moved(packed: bytes, gbytes: bytes) -> bool:

@@ -732,3 +732,18 @@ def test_a_delete_held_back_never_follows_a_newer_upsert_of_its_entity(tmp_path:
     w.checkpoint()
     assert _state_records(clients)[-1] == (b"reservation/R2", None)  # a tombstone
     assert w.stats.processed == 5
+
+
+def test_at_least_once_sends_each_write_at_once_in_write_order(tmp_path: Path) -> None:
+    """At-least-once output is visible as it is sent, and a crash leaves a prefix of it: each
+    write's record goes out at once, in write order (a flight's load after the reservation it
+    counts), none held back or coalesced. (Held, the load went out at its first write of the
+    batch, already counting later reservations whose records a crash could lose: a restart
+    then counted their seats again.)"""
+    w, clients = _worker(tmp_path, _counting_app(inline=True), guarantee="at-least-once")
+    w.take([_msg(0, 100 + i, f"R{i}", "F1", 1) for i in range(3)])
+    assert all(not st.unsent for st in w.stores.stores.values())
+    assert _state_records(clients) == [(b"reservation/R0", 1), (b"flight_load/F1", 1), (b"reservation/R1", 1),
+                                       (b"flight_load/F1", 2), (b"reservation/R2", 1), (b"flight_load/F1", 3)]
+    w.checkpoint()
+    assert (w.stats.state_writes, w.stats.state_coalesced) == (6, 0)
