@@ -258,8 +258,11 @@ class LocalCluster:
             raise ClusterError(f"broker {i} is not running")
         _signal(pid, sig)
 
-    def start_broker(self, i: int, timeout: float = 60.0) -> None:
-        """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests."""
+    def start_broker(self, i: int, timeout: float = 240.0) -> None:
+        """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests.
+
+        After a SIGKILL the node recovers every partition's log and catches up with the
+        metadata before it answers: on 2 busy cores that took over 60 s (CI, 2026-11-29)."""
         state = self._require_state()
         pid = state["pids"][i]
         if pid is not None and self._alive(i, pid):
