@@ -259,13 +259,10 @@ class LocalCluster:
         _signal(pid, sig)
 
     def start_broker(self, i: int, timeout: float = 240.0) -> None:
-        """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests.
-
-        After a SIGKILL the node recovers every partition's log and catches up with the
-        metadata before it answers: on 2 busy cores that took over 60 s (CI, 2026-11-29)."""
+        """Restart node ``i`` (after :meth:`kill_broker`) and wait until it serves requests
+        (after a SIGKILL it first recovers its logs: over 60 s on 2 busy cores)."""
         state = self._require_state()
-        pid = state["pids"][i]
-        if pid is not None and self._alive(i, pid):
+        if (pid := state["pids"][i]) is not None and self._alive(i, pid):
             return
         proc = self._spawn(i)
         state["pids"][i] = proc.pid
