@@ -20,8 +20,8 @@ open whether the transaction committed (the commit timed out on the client), the
 offsets decide: the broker's word, not the client's.
 
 A transaction that fails because Kafka refuses one of its records (too large, invalid for
-its topic) would fail again on every replay: the checkpoint then bisects its transactions
-(:mod:`services.worker.bisect`) to find the input record, which the worker dead-letters.
+its topic) would fail again on every replay: unless the topics' limits read again explain it,
+the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record.
 docs/architecture.md follows one event through these steps.
 """
 
@@ -80,7 +80,7 @@ class Checkpoint:
     """The open transaction of a worker (see the module docstring)."""
 
     def __init__(self, producer: TxnProducer, consumer: WorkerConsumer, staged: Iterable[Staged], *,
-                 eos: bool, stats: Stats, stop: threading.Event | None = None) -> None:
+                 eos: bool, stats: Stats, stop: threading.Event | None = None, reread_limits: Callable[[], object] | None = None) -> None:
         self.producer = producer
         self.consumer = consumer
         self.eos = eos
@@ -89,7 +89,7 @@ class Checkpoint:
         self._stop = stop or threading.Event()
         self.sources: dict[str, Source] = {}
         self.is_open = False
-        self._bisection = Bisection(producer)
+        self._bisection = Bisection(producer, reread_limits)  # reread_limits: see bisect.py
         self.taken = 0  # input records taken into the open transaction
         #: per (topic, partition) of the commit under way: (offset committed, position)
         self._points: dict[tuple[str, int], tuple[int, int]] = {}
