@@ -21,7 +21,8 @@ offsets decide: the broker's word, not the client's.
 
 A transaction that fails because Kafka refuses one of its records (too large, invalid for
 its topic) would fail again on every replay: unless the topics' limits read again explain it,
-the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record.
+the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record
+(the commit learns of a refused record quickly: :func:`services.worker.txn.commit_producer`).
 docs/architecture.md follows one event through these steps.
 """
 
@@ -36,14 +37,13 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from fifolane.errors import (
     KafkaClientError,
-    KafkaRetriableError,
     ProducerFatalError,
     TransactionAbortedError,
 )
 from services.worker.bisect import Bisection
 from services.worker.kafka import SEND_FAILED, TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
-from services.worker.txn import Background
+from services.worker.txn import Background, commit_producer
 from services.worker.window import Source
 
 __all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
@@ -195,7 +195,7 @@ class Checkpoint:
         prepared: list[object] | None = None
         try:
             gm = (group_metadata or self.consumer.group_metadata)() if self.eos and offsets else None
-            call = Background(self._commit_producer, offsets, gm)
+            call = Background(commit_producer, self.producer, self.eos, offsets, gm, CALL_TIMEOUT)
             # The commit waits on the network without the GIL: build the batches meanwhile.
             prepared = [s.prepare() for s in self._staged]
             call.wait()
@@ -244,28 +244,6 @@ class Checkpoint:
     def needs_drain(self) -> bool:
         """Whether unfinished events span more than a commit's metadata can describe."""
         return any(w.wide(src.next.get(p, 0)) for src in self.sources.values() for p, w in src.windows.items())
-
-    def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """The producer's part of a commit (off the poll thread; touches only the producer:
-        a consumer call from here could deadlock with a poll thread inside ``consume()``)."""
-        producer = self.producer
-        # Exactly-once flushes before it sends the offsets: the transaction's first records
-        # wait for AddPartitionsToTxn, which the coordinator refuses (CONCURRENT_TRANSACTIONS)
-        # while it still writes the previous commit's markers; an AddOffsetsToTxn sent then is
-        # refused too and retried on a longer backoff. Flushing first halved the commit on a quiet
-        # machine (100 -> 50 ms at 2,000 events/s; benchmarks/README.md, "Latency").
-        left = producer.flush(CALL_TIMEOUT)
-        if self.eos and not left:
-            if offsets:
-                producer.send_offsets(offsets, group_metadata, CALL_TIMEOUT)
-            producer.commit(CALL_TIMEOUT)
-            return
-        if left:
-            raise KafkaRetriableError(f"{left} records not delivered within {CALL_TIMEOUT:.0f}s",
-                                      code="_TIMED_OUT", retriable=True)
-        failed = producer.report.take()
-        if failed is not None:
-            raise failed[1]
 
     def _committed(self, prepared: list[object] | None) -> None:
         if prepared is None:
