@@ -21,9 +21,12 @@ offsets decide: the broker's word, not the client's.
 
 A transaction that fails because Kafka refuses one of its records (too large, invalid for
 its topic) would fail again on every replay: unless the topics' limits read again explain it,
-the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record
-(the commit learns of a refused record quickly: :func:`services.worker.txn.commit_producer`).
-docs/architecture.md follows one event through these steps.
+the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record,
+with no backoff between these aborts (each one gets nearer to it; the commit learns of a refused
+record quickly: :func:`services.worker.txn.commit_producer`). After such an abort the producer is
+replaced: librdkafka may drop the records queued behind the refused one without bumping the
+producer epoch, and the next transaction to write that partition failed on the sequence gap
+(OUT_OF_ORDER_SEQUENCE_NUMBER). docs/architecture.md follows one event through these steps.
 """
 
 from __future__ import annotations
@@ -277,13 +280,16 @@ class Checkpoint:
         self.stats.aborts += 1
         log.warning("%s, replaying the input since the last checkpoint: %s",
                     "aborting the transaction" if self.eos else "records not delivered", exc)
-        self._backoff()
+        if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
+            exc = self._cause(exc)
+        if not exc.refused:  # a record Kafka refused: no backoff (see the module docstring)
+            self._backoff()
         # A commit refused as a whole did not commit; a time-out or a fatal error during the
         # commit leaves it open. Group fencing (a rebalance we missed) means our partitions
         # may have moved on without us: look at the committed offsets then too.
         in_doubt = during_commit and self.eos and (
             not isinstance(exc, TransactionAbortedError) or exc.code in _GROUP_FENCING)
-        if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
+        if self.eos and self.is_open:
             if isinstance(exc, ProducerFatalError):
                 self._renew(exc)
             else:
@@ -291,6 +297,9 @@ class Checkpoint:
                     self.producer.abort(CALL_TIMEOUT)
                 except KafkaClientError as abort_exc:
                     self._renew(abort_exc)
+                else:
+                    if exc.refused:  # its sequence numbers (see the module docstring)
+                        self._renew(exc)
         outcome = self._resolve(in_doubt)
         self.is_open = False
         count, self.taken = self.taken, 0
@@ -304,10 +313,23 @@ class Checkpoint:
         self._bisection.failed(exc, count, self._last)
         return outcome
 
+    def _cause(self, exc: KafkaClientError) -> KafkaClientError:
+        """Why the open transaction failed. librdkafka refuses every record of a failed
+        transaction with _STATE; its commit returns the error that failed it (a record Kafka
+        refused, say) before it does anything else. Asked only then: a produce refused with
+        _STATE means the transaction is not open for records (so not for a commit either)."""
+        if exc.code != "_STATE" or exc.abortable or exc.fatal:
+            return exc
+        try:
+            self.producer.commit(0.0)
+        except KafkaClientError as cause:
+            return cause if cause.abortable or cause.fatal else exc
+        return exc
+
     def _renew(self, exc: KafkaClientError) -> None:
         """A new producer with our transactional id (fences the old one and settles its
         transaction); waits, with backoff, until the coordinator answers."""
-        log.warning("producer unusable (%s): starting a new one", exc)
+        log.warning("starting a new producer (%s)", exc)
         self.producer.renew()
         while not self._stop.is_set():
             try:

@@ -20,7 +20,7 @@ from fake_kafka import FakeClients, FakeMsg
 from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
-from fifolane.errors import TransactionAbortedError, WorkerError
+from fifolane.errors import KafkaRetriableError, TransactionAbortedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
 from listeners.model import ListenerSpec
 from services.worker.limits import FRAMING, Limits, TopicConfigs
@@ -158,6 +158,7 @@ def test_a_limit_lowered_at_run_time_is_read_again_after_the_refusal(tmp_path: P
     w.checkpoint()
     assert (w.stats.aborts, w.ckpt.bisecting, w.ckpt.room()) == (1, False, None)
     assert len(broker.asked) == asked + 1  # read again once, after the refusal
+    assert clients.fake_producer.renewals == 1  # a new producer: new sequence numbers (checkpoint.py)
     assert sorted(clients.fake_consumer.seeks) == [("in", 0, 101), ("in", 1, 200)]
     assert {t.room for t in w.assignment.tables.values()} == {5_000 - FRAMING}  # type: ignore[union-attr]
     w.take(batch)  # the replay
@@ -209,3 +210,26 @@ def test_a_refusal_the_limits_do_not_explain_is_still_bisected(tmp_path: Path) -
     _refuse_next_commit(clients)
     w.checkpoint()
     assert (w.stats.aborts, w.ckpt.bisecting, w.ckpt.room()) == (1, True, 2)
+
+
+def test_a_refusal_reported_as_a_refused_produce_is_found_out(tmp_path: Path) -> None:
+    """librdkafka refuses every record of a failed transaction with _STATE: a produce that
+    comes after the refusal, before the commit, says only that. The worker asks the
+    transaction what failed it (its commit says so first), reads the limits again, and the
+    replay dead-letters the record as too-large: no bisection."""
+    broker = _Topics({"state": 20_000, "dlq": 20_000, "in": 20_000, "dir": 20_000})
+    w, clients = _worker(tmp_path, broker, True)
+    assert w.ckpt is not None
+    broker.limits["state"] = 5_000
+    clients.fake_producer.fail = KafkaRetriableError(
+        "produce to state: Unable to produce message: Local: Erroneous state", code="_STATE")
+    _refuse_next_commit(clients)  # what the transaction says when asked
+    batch = [_msg(0, 100, "R1", "F0"), _msg(0, 101, "R2", "F0", size=8_000)]
+    w.take(batch)
+    assert (w.stats.aborts, w.ckpt.bisecting, clients.fake_producer.commits) == (1, False, 0)
+    assert w.limits.room("state") == 5_000 - FRAMING
+    clients.fake_producer.records.clear()
+    w.take(batch)
+    w.checkpoint()
+    assert _committed_state(clients) == {"reservation/R1": 2}
+    assert _dead(clients) == [(b"too-large", b"101")]
