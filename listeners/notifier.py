@@ -11,14 +11,14 @@ the listener, in order, and nothing stalls the worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from listeners.journal import SeqJournal
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER, assemble, listener_prefix, too_large
 
-__all__ = ["Active", "Notifier"]
+__all__ = ["Active", "Notifier", "resize"]
 
 Produce = Callable[..., None]
 
@@ -37,9 +37,21 @@ class Active:
     @classmethod
     def of(cls, spec: ListenerSpec, topic: str, partitions: int, room: int) -> Active:
         headers = [(HEADER_LISTENER, spec.name.encode())]
-        room -= sum(len(k) + len(v) + 2 for k, v in headers)
-        return cls(spec, topic, partitions, room, headers,
-                   listener_prefix(spec.name, spec.created_at.isoformat()))
+        act = cls(spec, topic, partitions, room, headers, listener_prefix(spec.name, spec.created_at.isoformat()))
+        act.resize(room)
+        return act
+
+    def resize(self, room: int) -> None:
+        """``room``: the bytes of key + value + headers the output topic takes."""
+        self.room = room - sum(len(k) + len(v) + 2 for k, v in self.headers)
+
+
+def resize(active: Iterable[Active], room: Callable[[str], int]) -> None:
+    """Measure notifications against the output topics' rooms as they are now: the worker reads
+    its topics' limits again after Kafka refused a record as too large (an operator may have
+    changed one: services.worker.limits.Limits.refresh); cheap, as the rooms are kept."""
+    for act in active:
+        act.resize(room(act.topic))
 
 
 class Notifier:

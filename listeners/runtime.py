@@ -19,10 +19,9 @@ wires these parts, each in its own module:
   dead-letters invalid registrations, once.
 
 A listener whose filter or converter takes longer than its budget for one change (a CEL
-evaluation over ``budget`` seconds) is suspended on this worker: it stops receiving
-notifications here, the worker and the other listeners go on, and a status record
-(``<name>/status/<worker>``) says why, shown by ``fifolane listeners describe``. Registering
-it again (a new registration) lifts the suspension.
+evaluation over ``budget`` seconds) is suspended on this worker: it stops receiving notifications
+here, the worker and the other listeners go on, and a status record (``<name>/status/<worker>``)
+says why, shown by ``fifolane listeners describe``. Registering it again lifts the suspension.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from listeners.hints import Hints
 from listeners.journal import SeqJournal
 from listeners.matcher import BUDGET_S, Change, ListenerSet, ListenerStats
 from listeners.model import ListenerSpec
-from listeners.notifier import Active, Notifier
+from listeners.notifier import Active, Notifier, resize
 from listeners.notify import change_parts, encode_value
 from listeners.outputs import role_topic_problem
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
@@ -70,8 +69,7 @@ class ListenerRuntime:
     evaluation may take before its listener is suspended here.
     """
 
-    def __init__(self, settings: Settings, *, snapshot_batch: int = 5000,
-                 housekeeping_interval: float = 0.5,
+    def __init__(self, settings: Settings, *, snapshot_batch: int = 5000, housekeeping_interval: float = 0.5,
                  topic_partitions: Callable[[str], int] | None = None,
                  budget: float = BUDGET_S, follower: RegistryFollower | None = None) -> None:
         self.settings = settings
@@ -256,6 +254,8 @@ class ListenerRuntime:
         if self._keeper is not None:
             self._keeper.rollback()
         self._suspended.rollback()
+        if self._ctx is not None:  # the worker may have read the topics' limits again (Limits.refresh)
+            resize(self._active.values(), self._ctx.room)
 
     def close(self) -> None:
         self._follower.stop()

@@ -83,6 +83,12 @@ class Assignment:
         for table in self.tables.values():
             table.send_unsent()
 
+    def resize(self, room: int) -> None:
+        """The state topic's limit was read again (services.worker.limits, Limits.refresh):
+        every table measures its state records against ``room`` from now on."""
+        for table in self.tables.values():
+            table.room = room
+
     # -- rebalance -----------------------------------------------------------------------------
     def assign(self, topic: str, partitions: list[int]) -> None:
         """New partitions (inside the rebalance callback): pause them, restore their stores."""

@@ -9,14 +9,23 @@ after each such failure, until a transaction of one input record fails: that rec
 (reason ``output-refused``) instead of processing it. Each successful transaction doubles the
 limit again, up to the size of the first failed one; then the limit is lifted. While
 bisecting, the producer reports each record's delivery, so the log names the refused one.
+
+A record refused as too large is often refused because an operator lowered its topic's
+``max.message.bytes`` after the worker read it. So first the limits are read again
+(``reread``, :meth:`services.worker.limits.Limits.refresh`): if one changed, the transaction is
+replayed as it was, and the size check before producing dead-letters what no longer fits
+(``too-large``) with no bisection. Only a refusal the limits as read now do not explain (a
+batch over the limit, a record invalid for its topic) is bisected.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fifolane.errors import KafkaClientError
 from services.worker.kafka import TxnProducer
+from services.worker.limits import TOO_LARGE_CODES
 
 __all__ = ["Bisection"]
 
@@ -29,8 +38,10 @@ Origin = tuple[str, int, int]
 class Bisection:
     """The bisection state of one worker's transactions (see the module docstring)."""
 
-    def __init__(self, producer: TxnProducer) -> None:
+    def __init__(self, producer: TxnProducer, reread: Callable[[], object] | None = None) -> None:
         self._producer = producer
+        #: read the topics' limits again; truthy if one changed (see the module docstring)
+        self._reread = reread
         #: max input records per transaction (None: no limit)
         self.limit: int | None = None
         self._goal = 0
@@ -60,7 +71,11 @@ class Bisection:
             return
         failed = self._producer.report.take()
         where = f" (delivery to {failed[0]}: {failed[1]})" if failed is not None else ""
-        if count <= 1 and last is not None:
+        too_large = exc.code in TOO_LARGE_CODES or (failed is not None and failed[1].code in TOO_LARGE_CODES)
+        if too_large and self._reread is not None and self._reread():
+            log.warning("Kafka refused a record as too large%s, and a topic's limit changed: replaying "
+                        "the transaction against the limits as they are now", where)
+        elif count <= 1 and last is not None:
             self._poisoned[last] = f"{exc.code}: {exc}{where}"
             log.warning("input record %s[%d]@%d produces a record Kafka refuses%s: dead-lettering it",
                         *last, where)

@@ -20,9 +20,13 @@ open whether the transaction committed (the commit timed out on the client), the
 offsets decide: the broker's word, not the client's.
 
 A transaction that fails because Kafka refuses one of its records (too large, invalid for
-its topic) would fail again on every replay: the checkpoint then bisects its transactions
-(:mod:`services.worker.bisect`) to find the input record, which the worker dead-letters.
-docs/architecture.md follows one event through these steps.
+its topic) would fail again on every replay: unless the topics' limits read again explain it,
+the checkpoint bisects its transactions (:mod:`services.worker.bisect`) to find the input record,
+with no backoff between these aborts (each one gets nearer to it; the commit learns of a refused
+record quickly: :func:`services.worker.txn.commit_producer`). After such an abort the producer is
+replaced: librdkafka may drop the records queued behind the refused one without bumping the
+producer epoch, and the next transaction to write that partition failed on the sequence gap
+(OUT_OF_ORDER_SEQUENCE_NUMBER). docs/architecture.md follows one event through these steps.
 """
 
 from __future__ import annotations
@@ -36,14 +40,13 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from fifolane.errors import (
     KafkaClientError,
-    KafkaRetriableError,
     ProducerFatalError,
     TransactionAbortedError,
 )
 from services.worker.bisect import Bisection
 from services.worker.kafka import SEND_FAILED, TxnProducer, WorkerConsumer
 from services.worker.metrics import Stats
-from services.worker.txn import Background
+from services.worker.txn import Background, commit_producer
 from services.worker.window import Source
 
 __all__ = ["Checkpoint", "Outcome", "Source", "Staged"]
@@ -80,7 +83,7 @@ class Checkpoint:
     """The open transaction of a worker (see the module docstring)."""
 
     def __init__(self, producer: TxnProducer, consumer: WorkerConsumer, staged: Iterable[Staged], *,
-                 eos: bool, stats: Stats, stop: threading.Event | None = None) -> None:
+                 eos: bool, stats: Stats, stop: threading.Event | None = None, reread_limits: Callable[[], object] | None = None) -> None:
         self.producer = producer
         self.consumer = consumer
         self.eos = eos
@@ -89,7 +92,7 @@ class Checkpoint:
         self._stop = stop or threading.Event()
         self.sources: dict[str, Source] = {}
         self.is_open = False
-        self._bisection = Bisection(producer)
+        self._bisection = Bisection(producer, reread_limits)  # reread_limits: see bisect.py
         self.taken = 0  # input records taken into the open transaction
         #: per (topic, partition) of the commit under way: (offset committed, position)
         self._points: dict[tuple[str, int], tuple[int, int]] = {}
@@ -195,7 +198,7 @@ class Checkpoint:
         prepared: list[object] | None = None
         try:
             gm = (group_metadata or self.consumer.group_metadata)() if self.eos and offsets else None
-            call = Background(self._commit_producer, offsets, gm)
+            call = Background(commit_producer, self.producer, self.eos, offsets, gm, CALL_TIMEOUT)
             # The commit waits on the network without the GIL: build the batches meanwhile.
             prepared = [s.prepare() for s in self._staged]
             call.wait()
@@ -245,28 +248,6 @@ class Checkpoint:
         """Whether unfinished events span more than a commit's metadata can describe."""
         return any(w.wide(src.next.get(p, 0)) for src in self.sources.values() for p, w in src.windows.items())
 
-    def _commit_producer(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
-        """The producer's part of a commit (off the poll thread; touches only the producer:
-        a consumer call from here could deadlock with a poll thread inside ``consume()``)."""
-        producer = self.producer
-        # Exactly-once flushes before it sends the offsets: the transaction's first records
-        # wait for AddPartitionsToTxn, which the coordinator refuses (CONCURRENT_TRANSACTIONS)
-        # while it still writes the previous commit's markers; an AddOffsetsToTxn sent then is
-        # refused too and retried on a longer backoff. Flushing first halved the commit on a quiet
-        # machine (100 -> 50 ms at 2,000 events/s; benchmarks/README.md, "Latency").
-        left = producer.flush(CALL_TIMEOUT)
-        if self.eos and not left:
-            if offsets:
-                producer.send_offsets(offsets, group_metadata, CALL_TIMEOUT)
-            producer.commit(CALL_TIMEOUT)
-            return
-        if left:
-            raise KafkaRetriableError(f"{left} records not delivered within {CALL_TIMEOUT:.0f}s",
-                                      code="_TIMED_OUT", retriable=True)
-        failed = producer.report.take()
-        if failed is not None:
-            raise failed[1]
-
     def _committed(self, prepared: list[object] | None) -> None:
         if prepared is None:
             prepared = [s.prepare() for s in self._staged]
@@ -299,13 +280,16 @@ class Checkpoint:
         self.stats.aborts += 1
         log.warning("%s, replaying the input since the last checkpoint: %s",
                     "aborting the transaction" if self.eos else "records not delivered", exc)
-        self._backoff()
+        if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
+            exc = self._cause(exc)
+        if not exc.refused:  # a record Kafka refused: no backoff (see the module docstring)
+            self._backoff()
         # A commit refused as a whole did not commit; a time-out or a fatal error during the
         # commit leaves it open. Group fencing (a rebalance we missed) means our partitions
         # may have moved on without us: look at the committed offsets then too.
         in_doubt = during_commit and self.eos and (
             not isinstance(exc, TransactionAbortedError) or exc.code in _GROUP_FENCING)
-        if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
+        if self.eos and self.is_open:
             if isinstance(exc, ProducerFatalError):
                 self._renew(exc)
             else:
@@ -313,6 +297,9 @@ class Checkpoint:
                     self.producer.abort(CALL_TIMEOUT)
                 except KafkaClientError as abort_exc:
                     self._renew(abort_exc)
+                else:
+                    if exc.refused:  # its sequence numbers (see the module docstring)
+                        self._renew(exc)
         outcome = self._resolve(in_doubt)
         self.is_open = False
         count, self.taken = self.taken, 0
@@ -326,10 +313,23 @@ class Checkpoint:
         self._bisection.failed(exc, count, self._last)
         return outcome
 
+    def _cause(self, exc: KafkaClientError) -> KafkaClientError:
+        """Why the open transaction failed. librdkafka refuses every record of a failed
+        transaction with _STATE; its commit returns the error that failed it (a record Kafka
+        refused, say) before it does anything else. Asked only then: a produce refused with
+        _STATE means the transaction is not open for records (so not for a commit either)."""
+        if exc.code != "_STATE" or exc.abortable or exc.fatal:
+            return exc
+        try:
+            self.producer.commit(0.0)
+        except KafkaClientError as cause:
+            return cause if cause.abortable or cause.fatal else exc
+        return exc
+
     def _renew(self, exc: KafkaClientError) -> None:
         """A new producer with our transactional id (fences the old one and settles its
         transaction); waits, with backoff, until the coordinator answers."""
-        log.warning("producer unusable (%s): starting a new one", exc)
+        log.warning("starting a new producer (%s)", exc)
         self.producer.renew()
         while not self._stop.is_set():
             try:

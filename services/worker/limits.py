@@ -6,6 +6,13 @@ transaction. Either would fail again on every replay. So everything the worker d
 an input record (state record, dead-letter copy, notification, handler output) is measured
 first, against the smaller of the two limits (:meth:`Limits.room`), with room for Kafka's
 own framing.
+
+The limits are read once per topic and kept. An operator may change a topic's
+``max.message.bytes`` while the worker runs: a record the kept limit lets through is then
+refused by the broker and its transaction aborts. After such a refusal the worker reads the
+limits again (:meth:`Limits.refresh`), so the replay and every later record are measured
+against the topic's limit as it is now (a lowered one dead-letters them as ``too-large``, a
+raised one takes them), without a broker round trip per record.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 from fifolane.errors import WorkerError
 
-__all__ = ["FRAMING", "Limits", "TopicConfigs", "buffer_limit", "record_size"]
+__all__ = ["FRAMING", "TOO_LARGE_CODES", "Limits", "TopicConfigs", "buffer_limit", "record_size"]
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +31,8 @@ log = logging.getLogger(__name__)
 #: the record's own varints and attributes, and a margin for librdkafka's estimate.
 FRAMING = 512
 _DEFAULT_TOPIC_MAX = 1_048_588  # Kafka's default max.message.bytes
+#: Error codes (names) of a record or batch Kafka refused for its size: the limits may have changed
+TOO_LARGE_CODES = frozenset({"MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_MSG_SIZE"})
 
 
 def record_size(key: bytes | str | None, value: bytes | str | None,
@@ -47,13 +56,15 @@ class Limits:
 
     ``client_max``: the producer's ``message.max.bytes``; ``topic_max(topic)``: the topic's
     ``max.message.bytes`` (None if it cannot be read now: Kafka's default is assumed and
-    asked again later).
+    asked again later); ``reread(topics)``: read these topics' configs from the broker again
+    (:meth:`refresh`), so that ``topic_max`` answers with what they are now.
     """
 
     def __init__(self, client_max: int, topic_max: Callable[[str], int | None] | None = None,
-                 state_headers: bool = False) -> None:
+                 state_headers: bool = False, reread: Callable[[list[str]], None] | None = None) -> None:
         self.client_max = client_max
         self._topic_max = topic_max
+        self._reread = reread
         self._room: dict[str, int] = {}
         #: state records carry their type, group and version as headers (Settings.state_headers)
         self.state_headers = state_headers
@@ -68,6 +79,24 @@ class Limits:
             if found is not None:
                 self._room[topic] = room
         return room
+
+    def refresh(self) -> dict[str, tuple[int, int]]:
+        """Read the limits of the topics measured so far again (Kafka refused a record as too
+        large: a topic's ``max.message.bytes`` may have changed since it was read). Returns the
+        topics whose room changed: topic -> (room before, room now)."""
+        before = dict(self._room)
+        if self._reread is not None and before:
+            self._reread(sorted(before))
+        self._room.clear()
+        changed: dict[str, tuple[int, int]] = {}
+        for topic, old in before.items():
+            now = self.room(topic)
+            if now != old:
+                changed[topic] = (old, now)
+        if changed:
+            log.warning("topic limits changed: %s", ", ".join(
+                f"{t} takes {new} bytes (was {old})" for t, (old, new) in sorted(changed.items())))
+        return changed
 
     def fits(self, topic: str, size: int) -> bool:
         return size <= self.room(topic)
@@ -93,6 +122,18 @@ class TopicConfigs:
     def load(self, names: list[str]) -> None:
         """Read these topics' configs (raises :class:`WorkerError` if one is missing)."""
         self.known.update(self._lookup(names))
+
+    def reread(self, names: list[str]) -> None:
+        """Read these topics' configs again (their limits may have changed). What cannot be read
+        now (a topic gone, no answer) keeps the configs read before."""
+        try:
+            found = self._lookup(names)
+        except WorkerError as exc:
+            log.warning("configs of %s not read again now: %s", ", ".join(names), exc)
+            return
+        for name, configs in found.items():
+            if configs:  # (empty: the broker did not answer in time)
+                self.known[name] = configs
 
     def exists(self, topic: str) -> bool:
         if topic not in self.known:

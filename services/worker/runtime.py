@@ -115,8 +115,8 @@ class Worker:
         self.processing: Processing | None = None
         self.parking: Parking | None = None
         self._topic_configs = TopicConfigs(lambda names: self.clients.topic_configs(names, timeout=10))
-        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)),
-                             self._topic_configs.max_bytes, settings.state_headers)
+        self.limits = Limits(int(settings.librdkafka.get("message.max.bytes", 1_000_000)), self._topic_configs.max_bytes,
+                             settings.state_headers, reread=self._topic_configs.reread)  # read again after a refusal (bisect.py)
         self._retention_ms: int | None = None
         self.clients = clients or KafkaClients(settings.kafka_config())
         self.query = attach_query(self)  # the query endpoint (services/worker/query/)
@@ -138,7 +138,7 @@ class Worker:
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
         self._retention_ms = int(retention) if retention else None
         staged: list[Any] = [self.stores] + ([self._dir_stores] if self._dir_stores else []) + self.query.staged()
-        self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop)
+        self.ckpt = Checkpoint(producer, self.consumer, staged, eos=self.eos, stats=self.stats, stop=self._stop, reread_limits=self.limits.refresh)
         if self.eos:  # fences a previous incarnation with the same id, settles its transaction
             producer.init()
         self.parking = self._parking_of(s.parked_topic)
@@ -192,8 +192,7 @@ class Worker:
         settle_gc()
         try:  # close() also after a failed connect: no client may outlive the worker
             self.connect()
-            log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id,
-                     self.group_id, self.opts.concurrency, self.opts.guarantee)
+            log.info("worker %s joined group %s (concurrency %d, %s)", self.opts.worker_id, self.group_id, self.opts.concurrency, self.opts.guarantee)
             self._next_checkpoint = time.monotonic() + self.opts.commit_interval
             while not self._stop.is_set():
                 self.poll_once()
@@ -361,6 +360,7 @@ class Worker:
     def _after_abort(self, outcome: Outcome) -> None:
         assert self.assignment is not None and self.processing is not None
         self.processing.forget()
+        self.assignment.resize(self.limits.room(self.settings.state_topic))  # limits read again after a refusal (bisect.py)
         if self.parking is not None:
             self.parking.rollback()
         if self.sink is not None:

@@ -466,13 +466,16 @@ def test_a_call_finishing_after_a_commit_writes_in_a_new_transaction(tmp_path: P
 def test_an_exactly_once_commit_flushes_before_it_sends_the_offsets(tmp_path: Path) -> None:
     """#16: offsets sent while the transaction's first records still wait for
     AddPartitionsToTxn are refused and retried on a longer back-off, so the commit flushes
-    first. A flush that leaves records undelivered sends no offsets: the transaction aborts
-    and the input is replayed."""
+    first, for STALL_S. A flush that leaves records undelivered then (mostly: behind a record
+    Kafka refused, which librdkafka never sends) sends the offsets anyway, and the commit flushes
+    the rest in calls of STALL_S, each of which first checks whether the transaction failed: a
+    slow flush commits, a refused record aborts (and the input is replayed)."""
     w, clients = _worker(tmp_path)
     fake = clients.fake_producer
     calls: list[str] = []
     left = [0]
-    real_send = fake.send_offsets
+    real_send, real_commit = fake.send_offsets, fake.commit
+    outcomes: list[Exception | None] = []
 
     def flush(timeout: float) -> int:
         calls.append("flush")
@@ -482,23 +485,35 @@ def test_an_exactly_once_commit_flushes_before_it_sends_the_offsets(tmp_path: Pa
         calls.append("send_offsets")
         real_send(offsets, group_metadata, timeout)
 
+    def commit(timeout: float) -> None:
+        calls.append("commit")
+        outcome = outcomes.pop(0) if outcomes else None
+        if outcome is not None:
+            raise outcome
+        real_commit(timeout)
+
     fake.flush = flush  # type: ignore[method-assign]
     fake.send_offsets = send_offsets  # type: ignore[method-assign]
-    batch = [_msg(0, 100, "R1", "F0", 1)]
-    w.take(batch)
+    fake.commit = commit  # type: ignore[method-assign]
+    w.take([_msg(0, 100, "R1", "F0", 1)])
     w.checkpoint()
-    assert calls == ["flush", "send_offsets"]
+    assert calls == ["flush", "send_offsets", "commit"]
     assert (fake.commits, w.stats.aborts) == (1, 0)
-    calls.clear()
-    clients.fake_consumer.offsets[("in", 0)] = 101  # what the broker committed
-    left[0] = 3  # three records not delivered in time
-    w.take([_msg(0, 101, "R2", "F0", 1)])
-    w.checkpoint()
-    assert "send_offsets" not in calls
-    assert (fake.commits, w.stats.aborts) == (1, 1)
-    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 101), ("in", 1, 200)]
-    assert w.stores.stores[0].get(b"reservation/R1") is not None
-    assert w.stores.stores[0].get(b"reservation/R2") is None
+    left[0] = 3  # three records not delivered in STALL_S
+    flushing = KafkaRetriableError("commit_transaction: Failed to flush all outstanding messages within the API "
+                                   "timeout: 3 message(s) remaining", code="_TIMED_OUT", retriable=True)
+    for then in (None, TransactionAbortedError(  # a slow flush; a record refused meanwhile
+            "commit_transaction: Broker: Message size too large", code="MSG_SIZE_TOO_LARGE", abortable=True,
+            refused=True)):
+        calls.clear()
+        outcomes[:] = [flushing, flushing, then]
+        w.take([_msg(0, 101 if then is None else 102, "R2" if then is None else "R3", "F0", 1)])
+        w.checkpoint()
+        assert calls == ["flush", "send_offsets", "commit", "commit", "commit"]
+    assert (fake.commits, w.stats.aborts) == (2, 1)
+    assert sorted(clients.fake_consumer.seeks) == [("in", 0, 102), ("in", 1, 200)]
+    assert w.stores.stores[0].get(b"reservation/R2") is not None
+    assert w.stores.stores[0].get(b"reservation/R3") is None
 
 
 def test_at_least_once_commits_when_the_input_pauses_not_at_every_gap(tmp_path: Path) -> None:
