@@ -6,7 +6,7 @@ while the worker runs; the broker then refuses a record the kept limit let throu
 transaction aborts. After such a refusal the worker reads the limits again: the replay and
 later records are measured against the limit as it is now (dead-lettered as ``too-large`` at
 once, with no bisection), and a raised limit takes what it would have refused before. The
-same against a real broker: tests/integration/test_refused_limits.py.
+same against a real broker: tests/integration/test_limit_lowered_at_run_time.py.
 """
 
 from __future__ import annotations
