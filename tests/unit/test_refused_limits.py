@@ -15,16 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 from fake_kafka import FakeClients, FakeMsg
-from kafka_fixtures import wait_until
+from test_worker_guarantees import _worker as worker_on
 
 from fifolane.config import Settings
 from fifolane.errors import KafkaRetriableError, TransactionAbortedError, WorkerError
 from fifolane.serde import SchemaCatalog, make_codec
 from listeners.model import ListenerSpec
 from services.worker.limits import FRAMING, Limits, TopicConfigs
-from services.worker.options import WorkerOptions
 from services.worker.runtime import Worker
 
 CATALOG = SchemaCatalog.load()
@@ -102,14 +100,7 @@ def _msg(p: int, offset: int, rid: str, flight: str, *, size: int = 0) -> FakeMs
 
 def _worker(tmp_path: Path, broker: _Topics, fast: bool) -> tuple[Worker, _Clients]:
     clients = _Clients(broker, {("in", 0): 100, ("in", 1): 200})
-    settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
-                        directory_topic="dir")
-    w = Worker(settings, None, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state", fast_path=fast),
-               catalog=CATALOG, clients=clients)
-    w.connect()
-    clients.fake_consumer.callbacks["on_assign"](None, [TopicPartition("in", 0), TopicPartition("in", 1)])
-    wait_until(lambda: w.poll_once() or w.assigned_partitions == [0, 1], timeout=10, message="restored")
-    clients.fake_consumer.seeks.clear()
+    w, _ = worker_on(tmp_path, None, clients, fast_path=fast)
     return w, clients
 
 

@@ -42,8 +42,10 @@ def _msg(p: int, offset: int, rid: str, flight: str, version: int) -> FakeMsg:
     return FakeMsg(p, offset, flight.encode(), CODEC.encode("reservation", _res(rid, flight, version)))
 
 
-def _worker(tmp_path: Path, app: App | None = None, **opts: Any) -> tuple[Worker, FakeClients]:
-    clients = FakeClients({("in", 0): 100, ("in", 1): 200})
+def _worker(tmp_path: Path, app: App | None = None, clients: FakeClients | None = None,
+            **opts: Any) -> tuple[Worker, FakeClients]:
+    """A worker on fake clients (``clients``: committed offsets in 100 and 200), restored."""
+    clients = clients or FakeClients({("in", 0): 100, ("in", 1): 200})
     settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
                         directory_topic="dir")
     w = Worker(settings, app, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state", **opts),
