@@ -147,6 +147,12 @@ class App:
         return self._stages.get(type_name)
 
     @property
+    def has_async(self) -> bool:
+        """Whether any handler is ``async def`` (it runs on the worker's event loop)."""
+        specs = [*self._handlers.values(), *(spec for st in self._stages.values() for spec in st.values())]
+        return any(spec.is_async for spec in specs)
+
+    @property
     def types(self) -> list[str]:
         """The types with a handler of their own (stage handlers included)."""
         return sorted(set(self._handlers) | set(self._stages))

@@ -13,7 +13,7 @@ The :class:`Worker` is the poll loop and the wiring; the parts it wires own thei
 One poll thread owns all of it. Handlers that are not inline run on threads (sync) or an asyncio
 loop (async); the poll thread applies their results, so every state change, output and
 notification comes from one thread, in group order. It commits each partition up to its first
-unfinished event (window.py) every ``commit_interval`` and when the input goes idle.
+unfinished event (window.py) ``commit_interval`` after a transaction opened, and when idle.
 """
 
 from __future__ import annotations
@@ -76,9 +76,8 @@ class Worker:
         self.eos = self.opts.guarantee == "exactly-once"
         self.stats = Stats(worker_id=self.opts.worker_id)
         self.sink: ChangeSink | None = sink if sink is not None else listeners
-        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency)
-        self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff,
-                                  self.codec, self.catalog)
+        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency, 0 if self.app.has_async else self.opts.concurrency)  # lanes waiting for a thread (scheduler.py)
+        self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff, self.codec, self.catalog)
         self._stop = threading.Event()
         self._next_checkpoint = 0.0
         self._next_stats = 0.0
@@ -249,10 +248,11 @@ class Worker:
             ckpt.producer.flush(0.001)  # caught up: at-least-once output shows once sent (pacing.py)
 
     def take(self, records: list[Record], asked: int = 0) -> None:
-        """Take consumed records into the open transaction (what ``poll_once`` does with a
-        batch of ``asked``); a Kafka failure aborts and rewinds."""
+        """Take consumed records into the open transaction (what ``poll_once`` does with a batch of ``asked``); a Kafka failure aborts and rewinds."""
         assert self.ckpt and self._fast and self.processing and self._rebalance and self.assignment
         try:
+            if not self.ckpt.is_open:  # a transaction lasts its interval: a burst after a pause does not commit at once
+                self._next_checkpoint = max(self._next_checkpoint, time.monotonic() + self.opts.commit_interval)
             self.ckpt.open()
             self._fast.take(records)
             self.assignment.send_state()

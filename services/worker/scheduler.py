@@ -9,6 +9,12 @@ the "group index" of seed 000, which lets the stages of one group run at once. B
   slow group holds up nothing but itself (no head-of-line blocking);
 - "no use in more threads than groups": the number in flight is bounded by the number of
   ready groups, reported as ``ready_groups`` / ``max_in_flight``.
+
+``ahead``: lanes dispatched beyond ``concurrency`` that wait for a free handler thread (the
+worker's thread pool runs ``concurrency`` calls at once). A thread that finishes a call then
+takes the next one at once instead of waiting for the poll thread to apply the result and
+dispatch (benchmarks/README.md, "Slow handlers"). Such a lane counts as busy (it has its
+event) but not as in flight.
 """
 
 from __future__ import annotations
@@ -32,12 +38,13 @@ E = TypeVar("E", bound=_HasLane)
 class GroupScheduler(Generic[E]):
     """Queues events by group and hands ready ones to ``start`` up to a concurrency bound."""
 
-    __slots__ = ("concurrency", "queues", "busy", "ready", "queued", "max_in_flight")
+    __slots__ = ("concurrency", "bound", "queues", "busy", "ready", "queued", "max_in_flight")
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, ahead: int = 0) -> None:
         if concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
+        self.bound = concurrency + max(0, ahead)  # lanes dispatched at most
         self.queues: dict[str, deque[E]] = {}  # groups with queued or in-flight events
         self.busy: set[str] = set()  # groups with an event in flight
         self.ready: deque[str] = deque()  # groups with a queued event and none in flight
@@ -56,16 +63,18 @@ class GroupScheduler(Generic[E]):
         self.queued += 1
 
     def dispatch(self, start: Callable[[E], None]) -> int:
-        """Start the head event of ready groups while below the concurrency bound."""
+        """Start the head event of ready groups while below the bound (``concurrency`` plus
+        ``ahead``)."""
         started = 0
-        busy, ready, queues = self.busy, self.ready, self.queues
-        while ready and len(busy) < self.concurrency:
+        busy, ready, queues, bound = self.busy, self.ready, self.queues, self.bound
+        while ready and len(busy) < bound:
             group = ready.popleft()
             busy.add(group)
             started += 1
             start(queues[group][0])
-        if len(busy) > self.max_in_flight:
-            self.max_in_flight = len(busy)
+        running = min(len(busy), self.concurrency)
+        if running > self.max_in_flight:
+            self.max_in_flight = running
         return started
 
     def complete(self, event: E) -> None:
@@ -83,11 +92,14 @@ class GroupScheduler(Generic[E]):
 
     @property
     def in_flight(self) -> int:
-        return len(self.busy)
+        """Groups whose event runs (at most ``concurrency``)."""
+        return min(len(self.busy), self.concurrency)
 
     @property
     def ready_groups(self) -> int:
-        return len(self.ready)
+        """Groups whose next event waits for a handler: not dispatched yet, or dispatched
+        ahead and waiting for a thread."""
+        return len(self.ready) + max(0, len(self.busy) - self.concurrency)
 
     def idle(self) -> bool:
         return self.queued == 0

@@ -121,3 +121,19 @@ def test_the_end_of_a_backlog_is_not_a_low_rate(tmp_path: Path) -> None:
     _feed(w, clients, [[_msg(0, 100 + i, f"R{i}", f"F{i % 5}", 1) for i in range(300)]])
     assert (w.stats.consumed, flushes) == (300, [])  # 300 taken, 300 more fetched: a backlog
     w.calls.shutdown()
+
+
+def test_a_burst_after_a_pause_commits_an_interval_after_its_first_record(tmp_path: Path) -> None:
+    """The interval counts from a transaction's first record: a burst after a pause (when the
+    interval from the last commit is long up) does not commit right after its first batch,
+    but once the interval is up, as under steady load."""
+    w, clients = _worker(tmp_path, commit_interval=600.0)
+    _ends(clients, {0: 10_100, 1: 200})  # a backlog: no idle commit
+    w._next_checkpoint = 0.0  # the interval from the last commit is long up (a pause)
+    _feed(w, clients, [[_msg(0, 100, "R1", "F0", 1)], [_msg(0, 101, "R2", "F0", 1)]])
+    assert (w.stats.consumed, w.stats.commits, clients.fake_producer.commits) == (2, 0, 0)
+    w._next_checkpoint = 0.0  # now the transaction's interval is up
+    _feed(w, clients, [[_msg(0, 102, "R3", "F0", 1)]])
+    assert (w.stats.commits, clients.fake_producer.commits) == (1, 1)
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 103), ("in", 1, 200)]
+    w.calls.shutdown()
