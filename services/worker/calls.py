@@ -165,7 +165,10 @@ class HandlerCalls:
     def forget_completions(self) -> None:
         """Wait for the calls still running (after an abort: their events are replayed) and
         drop every result not taken. Only calls :meth:`submit` started are waited for: an
-        event whose lane is busy without one (a failure in its synchronous start) is not."""
+        event whose lane is busy without one (a failure in its synchronous start) is not.
+        Calls waiting for a handler thread (dispatched ahead) are dropped, never started."""
+        if self._pool is not None:
+            self.outstanding -= self._pool.drop_waiting()
         for _ in range(self.outstanding):
             self.completions.get()
         self.outstanding = 0
@@ -189,7 +192,7 @@ class _HandlerThreads:
 
     Lighter than a ThreadPoolExecutor (no Future, lock and callback per call): with slow
     handlers at high concurrency the per-call overhead, paid under the GIL, is what limits
-    the speed-up. The scheduler never has more than ``n`` calls outstanding.
+    the speed-up. Calls beyond ``n`` wait in :attr:`calls` (the scheduler's ``ahead``).
     """
 
     def __init__(self, n: int, call: Any, completions: queue.SimpleQueue[Result]) -> None:
@@ -213,13 +216,18 @@ class _HandlerThreads:
                 result = (item[0], None, exc, 0, 0.0)
             put(result)
 
-    def shutdown(self) -> None:
-        """Drop calls not started yet, let running ones finish, then stop the threads."""
+    def drop_waiting(self) -> int:
+        """Drop the calls no thread took yet; how many."""
+        dropped = 0
         while True:
             try:
-                self.calls.get_nowait()
+                dropped += self.calls.get_nowait() is not None
             except queue.Empty:
-                break
+                return dropped
+
+    def shutdown(self) -> None:
+        """Drop calls not started yet, let running ones finish, then stop the threads."""
+        self.drop_waiting()
         for _ in self._threads:
             self.calls.put(None)
         for t in self._threads:

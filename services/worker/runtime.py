@@ -76,7 +76,7 @@ class Worker:
         self.eos = self.opts.guarantee == "exactly-once"
         self.stats = Stats(worker_id=self.opts.worker_id)
         self.sink: ChangeSink | None = sink if sink is not None else listeners
-        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency, 0 if self.app.has_async else self.opts.concurrency)  # lanes waiting for a thread (scheduler.py)
+        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency, 0 if self.app.has_async or self.opts.on_failure == "park" else self.opts.concurrency)  # lanes waiting for a thread (scheduler.py); not with park: a lane dispatched ahead passed the parked check before its group's earlier event failed
         self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff, self.codec, self.catalog)
         self._stop = threading.Event()
         self._next_checkpoint = 0.0
