@@ -46,7 +46,7 @@ from services.worker.parking import Parking
 from services.worker.partitions import PartitionParts
 from services.worker.query.service import attach as attach_query
 from services.worker.rebalance import Rebalance, fatal_error
-from services.worker.scheduler import GroupScheduler
+from services.worker.scheduler import GroupScheduler, lanes_ahead
 from services.worker.sink import ChangeSink, Context
 from services.worker.state import StoreManager
 
@@ -76,7 +76,7 @@ class Worker:
         self.eos = self.opts.guarantee == "exactly-once"
         self.stats = Stats(worker_id=self.opts.worker_id)
         self.sink: ChangeSink | None = sink if sink is not None else listeners
-        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency, 0 if self.app.has_async or self.opts.on_failure == "park" else self.opts.concurrency)  # lanes waiting for a thread (scheduler.py); not with park: a lane dispatched ahead passed the parked check before its group's earlier event failed
+        self.sched: GroupScheduler[Event] = GroupScheduler(self.opts.concurrency, lanes_ahead(self.opts.concurrency, has_async=self.app.has_async, parks=self.opts.on_failure == "park"))
         self.calls = HandlerCalls(self.opts.concurrency, self.opts.retries, self.opts.retry_backoff, self.codec, self.catalog)
         self._stop = threading.Event()
         self._next_checkpoint = 0.0
@@ -144,8 +144,7 @@ class Worker:
         parts = PartitionParts(settings=s, topics=self.topics, clients=clients, consumer=self.consumer,
                                ckpt=self.ckpt, stores=self.stores, directory_stores=self._dir_stores,
                                stats=self.stats, limits=self.limits, sink=self.sink, parking=self.parking,
-                               read_state=self._read_state,
-                               wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
+                               read_state=self._read_state, wait_open_txn_s=o.transaction_timeout_ms / 1000 * 2,
                                tombstone_retention_ms=self._retention_ms)
         parts = self.query.start(parts)  # the same parts, with the query endpoint's hooks
         self.stores.marks = parts.changelog_end
@@ -248,10 +247,11 @@ class Worker:
             ckpt.producer.flush(0.001)  # caught up: at-least-once output shows once sent (pacing.py)
 
     def take(self, records: list[Record], asked: int = 0) -> None:
-        """Take consumed records into the open transaction (what ``poll_once`` does with a batch of ``asked``); a Kafka failure aborts and rewinds."""
+        """Take consumed records into the open transaction (what ``poll_once`` does with a
+        batch of ``asked``); a Kafka failure aborts and rewinds."""
         assert self.ckpt and self._fast and self.processing and self._rebalance and self.assignment
         try:
-            if not self.ckpt.is_open:  # a transaction lasts its interval: a burst after a pause does not commit at once
+            if not self.ckpt.is_open:  # the interval counts from here: a burst after a pause does not commit at once
                 self._next_checkpoint = max(self._next_checkpoint, time.monotonic() + self.opts.commit_interval)
             self.ckpt.open()
             self._fast.take(records)

@@ -25,7 +25,7 @@ from typing import Generic, Protocol, TypeVar
 
 from fifolane.errors import ConfigError
 
-__all__ = ["GroupScheduler"]
+__all__ = ["GroupScheduler", "lanes_ahead"]
 
 
 class _HasLane(Protocol):
@@ -109,3 +109,12 @@ class GroupScheduler(Generic[E]):
         self.busy.clear()
         self.ready.clear()
         self.queued = 0
+
+
+def lanes_ahead(concurrency: int, *, has_async: bool, parks: bool) -> int:
+    """The worker's ``ahead``: as many lanes again as sync handler threads. None when
+    handlers are ``async def`` (their calls all run at once on the event loop: ``concurrency``
+    is their bound), nor with ``--on-failure park``: a lane dispatched ahead passed the
+    parked check before an earlier event of its group, in another lane, failed and parked
+    the group (tests/unit/test_worker_ahead_faults.py)."""
+    return 0 if has_async or parks else concurrency
