@@ -4,21 +4,15 @@ broker: an abort while calls wait in the handler threads' queue, not started yet
 from __future__ import annotations
 
 import threading
-from datetime import date
 from pathlib import Path
-from typing import Any
 
 from fake_kafka import FakeMsg
 from kafka_fixtures import wait_until
+from test_state_records_held import _flight
 from test_worker_guarantees import CODEC, _msg, _state, _worker
 
 from fifolane.errors import TransactionAbortedError
 from services.worker.app import App, Event, GroupState
-
-
-def _flight(fid: str, version: int) -> dict[str, Any]:
-    return {"flight_number": fid, "origin": "FRA", "destination": "JFK", "departure": date(2026, 1, 1),
-            "capacity": 3, "version": version}
 
 
 def _held_app(slow: str) -> tuple[App, threading.Event, list[str]]:
