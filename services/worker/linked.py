@@ -55,6 +55,7 @@ class LinkedConsumer(WorkerConsumer):
         self.side_topic = side_topic
         self._side_parts: set[int] = set()  # directory partitions assigned to ``side``
         self._counts: tuple[int, int] | None = None  # (input, directory) partition counts
+        self._side_first = False  # which consumer fills a batch first (alternates: see consume)
 
     def linked(self, input_partitions: list[int]) -> list[int]:
         """The directory partitions that go with these input partitions."""
@@ -82,12 +83,24 @@ class LinkedConsumer(WorkerConsumer):
 
     # -- the poll loop -------------------------------------------------------------------------
     def consume(self, n: int, timeout: float = 0) -> list[Record]:
-        msgs: list[Record] = self._main.consume(n, timeout)
-        if self._side_parts:
+        """At most ``n`` records of both topics (a transaction's room while bisecting is
+        counted in records: two full batches would never let it narrow, bisect.py). The two
+        consumers take turns at filling the batch first, so neither topic starves the other."""
+        if not self._side_parts:
+            only: list[Record] = self._main.consume(n, timeout)
+            return only
+        self._side_first = not self._side_first
+        if self._side_first:
             more: list[Record] = self._side.consume(n, 0)
-            if more:
-                return msgs + more if msgs else more
-        return msgs
+            if len(more) >= n:
+                return more
+            msgs: list[Record] = self._main.consume(n - len(more), timeout)
+            return msgs + more if msgs else more
+        msgs = self._main.consume(n, timeout)
+        if len(msgs) >= n:
+            return msgs
+        more = self._side.consume(n - len(msgs), 0)
+        return msgs + more if more else msgs
 
     def poll(self, timeout: float) -> Record | None:
         msg: Record | None = self._main.poll(timeout)
