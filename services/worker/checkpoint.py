@@ -189,9 +189,10 @@ class Checkpoint:
         return self._bisection.active
 
     # -- commit --------------------------------------------------------------------------------
-    def commit(self, group_metadata: Callable[[], Any] | None = None) -> Outcome:
-        """Commit the open transaction with its input offsets (steps 1-4 of the module
-        docstring); on failure abort and rewind. Call with nothing in flight."""
+    def commit(self, group_metadata: Callable[[], Any] | None = None, wait: bool = True) -> Outcome:
+        """Commit the open transaction with its input offsets (module docstring, steps 1-4);
+        on failure abort and rewind. Call with nothing in flight. ``wait=False``: at-least-once
+        offsets are sent, not waited for (benchmarks/README.md, "Offsets not waited for")."""
         if not self.is_open:
             return _DONE
         offsets = self._offsets()
@@ -199,15 +200,14 @@ class Checkpoint:
         try:
             gm = (group_metadata or self.consumer.group_metadata)() if self.eos and offsets else None
             call = Background(commit_producer, self.producer, self.eos, offsets, gm, CALL_TIMEOUT)
-            # The commit waits on the network without the GIL: build the batches meanwhile.
-            prepared = [s.prepare() for s in self._staged]
+            prepared = [s.prepare() for s in self._staged]  # while the commit waits without the GIL
             call.wait()
         except KafkaClientError as exc:
             return self._recover(exc, during_commit=True, prepared=prepared)
         if not self.eos and offsets:
             try:
-                self.consumer.commit(offsets)
-            except KafkaClientError as exc:  # at-least-once: the events may be seen again
+                self.consumer.commit(offsets, wait)
+            except KafkaClientError as exc:  # the events may be seen again
                 log.warning("offset commit failed (events may be redelivered): %s", exc)
         self._committed(prepared)
         return _DONE

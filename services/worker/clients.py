@@ -7,7 +7,7 @@ import logging
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from fifolane.access import KafkaAccess
@@ -20,7 +20,7 @@ from services.worker.tuning import merged_config
 if TYPE_CHECKING:
     from services.worker.assignment import Topics
 
-__all__ = ["PRODUCER_BATCHING", "KafkaClients", "consumer_config", "needed_access", "producer_config"]
+__all__ = ["PRODUCER_BATCHING", "KafkaClients", "commit_done", "consumer_config", "needed_access", "producer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,15 @@ PRODUCER_BATCHING: dict[str, int] = {
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1 << 20,
 }
+
+
+def commit_done(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    """The outcome of an offset commit (the worker consumer's ``on_commit``): failures are logged.
+    At-least-once only: its events after the last committed offset may be delivered again."""
+    failed = [f"{tp.topic}[{tp.partition}]: {tp.error}" for tp in partitions or () if tp.error is not None]
+    if err is not None or failed:
+        log.warning("an offset commit failed (events after the last committed offsets may be seen "
+                    "again): %s", err if err is not None else "; ".join(failed))
 
 
 def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
@@ -61,6 +70,7 @@ def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         "max.poll.interval.ms": 300_000,
         "fetch.wait.max.ms": 50,
         "fetch.queue.backoff.ms": 10,
+        "on_commit": commit_done,  # at-least-once commits that do not wait (Checkpoint.commit)
         **({"group.instance.id": opts.worker_id} if opts.static_membership else {}),
     }
 

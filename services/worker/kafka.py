@@ -344,9 +344,9 @@ class WorkerConsumer:
             out[(tp.topic, tp.partition)] = (tp.offset if tp.offset >= 0 else None, tp.metadata)
         return out
 
-    def commit(self, offsets: list[TopicPartition]) -> None:
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+    def commit(self, offsets: list[TopicPartition], wait: bool = True) -> None:
+        try:  # not waited for: the outcome comes to on_commit (services.worker.clients)
+            self._consumer.commit(offsets=offsets, asynchronous=not wait)
         except KafkaException as exc:
             raise map_error(exc, "offset commit") from exc
 

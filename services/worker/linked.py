@@ -132,8 +132,8 @@ class LinkedConsumer(WorkerConsumer):
                   timeout: float) -> dict[tuple[str, int], tuple[int | None, str | None]]:
         return self._main.committed(partitions, timeout)
 
-    def commit(self, offsets: list[TopicPartition]) -> None:
-        self._main.commit(offsets)  # the group takes offsets of partitions it did not assign
+    def commit(self, offsets: list[TopicPartition], wait: bool = True) -> None:
+        self._main.commit(offsets, wait)  # the group takes offsets of partitions it did not assign
 
     def partition_count(self, topic: str, timeout: float) -> int | None:
         return self._main.partition_count(topic, timeout)

@@ -327,7 +327,7 @@ class Worker:
             return
         t0 = time.perf_counter()
         self.query.committing()
-        outcome = ckpt.commit()
+        outcome = ckpt.commit(wait=drain)  # at-least-once offsets: waited for when partitions go
         if not outcome.committed:
             self._after_abort(outcome)
             return

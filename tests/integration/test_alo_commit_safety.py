@@ -72,7 +72,7 @@ def test_at_least_once_never_commits_an_unfinished_offset(settings: Settings, to
     checked = [0]
     commit = wkafka.WorkerConsumer.commit
 
-    def checking(self: Any, offsets: list[TopicPartition]) -> None:
+    def checking(self: Any, offsets: list[TopicPartition], wait: bool = True) -> None:
         with lock:
             done = set(finished)
         for tp in offsets:
@@ -81,7 +81,7 @@ def test_at_least_once_never_commits_an_unfinished_offset(settings: Settings, to
                 missing = [o for o in range(tp.offset) if (tp.partition, o) not in done]
                 if missing:
                     unfinished.append(f"partition {tp.partition} committed {tp.offset}, unfinished {missing[:5]}")
-        commit(self, offsets)
+        commit(self, offsets, wait)
 
     monkeypatch.setattr(wkafka.WorkerConsumer, "commit", checking)
     shapes = random.Random(5)

@@ -138,6 +138,7 @@ class FakeConsumer:
         self.metadata: dict[tuple[str, int], str | None] = {}
         self.callbacks: dict[str, Callable[..., None]] = {}
         self.renewals = 0  # renew() calls: a new client joins the group (callbacks stay)
+        self.commits: list[tuple[list[tuple[str, int, int]], bool]] = []  # (offsets, waited for)
 
     def renew(self) -> None:
         self.renewals += 1
@@ -160,8 +161,8 @@ class FakeConsumer:
                                            self.metadata.get((tp.topic, tp.partition)))
                 for tp in partitions}
 
-    def commit(self, offsets: list[Any]) -> None:
-        pass
+    def commit(self, offsets: list[Any], wait: bool = True) -> None:
+        self.commits.append(([(tp.topic, tp.partition, tp.offset) for tp in offsets], wait))
 
     def seek(self, tp: Any) -> None:
         self.seeks.append((tp.topic, tp.partition, tp.offset))

@@ -764,3 +764,26 @@ def test_at_least_once_sends_each_write_at_once_in_write_order(tmp_path: Path) -
                                        (b"flight_load/F1", 2), (b"reservation/R2", 1), (b"flight_load/F1", 3)]
     w.checkpoint()
     assert (w.stats.state_writes, w.stats.state_coalesced) == (6, 0)
+
+
+def test_at_least_once_commits_offsets_without_waiting_except_when_partitions_go(tmp_path: Path) -> None:
+    """At-least-once sends its interval commits' offsets and goes on (the output they cover is
+    flushed first); before partitions are given up, and when stopping, it waits for them."""
+    w, clients = _worker(tmp_path, guarantee="at-least-once", commit_interval=600.0)
+    consumer = clients.fake_consumer
+    w.take([_msg(0, 100, "R1", "F0", 1), _msg(1, 200, "R2", "F1", 1)])
+    w.checkpoint()
+    assert consumer.commits == [([("in", 0, 101), ("in", 1, 201)], False)]
+    assert clients.fake_producer.offsets == []  # never a transaction's offsets
+    w.take([_msg(0, 101, "R3", "F0", 1)])
+    consumer.callbacks["on_revoke"](None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert consumer.commits[1] == ([("in", 0, 102), ("in", 1, 201)], True)
+    assert sorted(_state(clients)) == [(b"reservation/R1", 1), (b"reservation/R2", 1), (b"reservation/R3", 1)]
+
+
+def test_exactly_once_sends_offsets_with_the_transaction_only(tmp_path: Path) -> None:
+    w, clients = _worker(tmp_path)
+    w.take([_msg(0, 100, "R1", "F0", 1)])
+    w.checkpoint()
+    assert clients.fake_consumer.commits == []
+    assert clients.fake_producer.offsets[-1] == [("in", 0, 101), ("in", 1, 200)]
