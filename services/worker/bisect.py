@@ -6,9 +6,13 @@ it was, it would fail again, for ever. So after such a failure the checkpoint li
 records per transaction (:meth:`Bisection.room`) to half of the failed one's, halving again
 after each such failure, until a transaction of one input record fails: that record is
 *poisoned* (:meth:`Bisection.poison_of`), and when it comes again the worker dead-letters it
-(reason ``output-refused``) instead of processing it. Each successful transaction doubles the
-limit again, up to the size of the first failed one; then the limit is lifted. While
-bisecting, the producer reports each record's delivery, so the log names the refused one.
+(reason ``output-refused``) instead of processing it. Within the input a failed transaction
+took, the limit only shrinks: a transaction that commits there (of records before the refused
+one, or of another topic's: the directory's records take turns with the input's) says nothing
+about the rest, and doubling then let the next one fail as large as before, for ever. Once
+the commits have passed that input, or the record is found, each successful transaction
+doubles the limit again, up to the size of the first failed one; then the limit is lifted.
+While bisecting, the producer reports each record's delivery, so the log names the refused one.
 
 A record refused as too large is often refused because an operator lowered its topic's
 ``max.message.bytes`` after the worker read it. So first the limits are read again
@@ -21,7 +25,7 @@ batch over the limit, a record invalid for its topic) is bisected.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from fifolane.errors import KafkaClientError
 from services.worker.kafka import TxnProducer
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: An input record: topic, partition, offset.
 Origin = tuple[str, int, int]
+#: Where a partition's input stands now (its committed offset; None: not ours any more).
+Position = Callable[[str, int], "int | None"]
 
 
 class Bisection:
@@ -47,6 +53,9 @@ class Bisection:
         self._goal = 0
         self._poisoned: dict[Origin, str] = {}
         self._settled: list[Origin] = []  # poisoned records dead-lettered in the open transaction
+        #: (topic, partition) -> the end of the input failed transactions took, not yet found
+        #: or committed past: the limit does not grow before (see the module docstring)
+        self._ends: dict[tuple[str, int], int] = {}
 
     @property
     def active(self) -> bool:
@@ -64,8 +73,10 @@ class Bisection:
         """The worker dead-lettered a poisoned record in the open transaction."""
         self._settled.append(origin)
 
-    def failed(self, exc: KafkaClientError, count: int, last: Origin | None) -> None:
-        """A transaction of ``count`` input records (the last one ``last``) aborted."""
+    def failed(self, exc: KafkaClientError, count: int, last: Origin | None,
+               ends: Mapping[tuple[str, int], int] | None = None) -> None:
+        """A transaction of ``count`` input records (the last one ``last``; ``ends``: per
+        partition, the offset after the input it took) aborted."""
         self._settled.clear()
         if not exc.refused:
             return
@@ -77,21 +88,30 @@ class Bisection:
                         "the transaction against the limits as they are now", where)
         elif count <= 1 and last is not None:
             self._poisoned[last] = f"{exc.code}: {exc}{where}"
+            self._ends.clear()  # found: the rest of that input may go faster again
             log.warning("input record %s[%d]@%d produces a record Kafka refuses%s: dead-lettering it",
                         *last, where)
         else:
             self._goal = max(self._goal, count)
             self.limit = max(1, count // 2)
+            for tp, end in (ends or {}).items():
+                self._ends[tp] = max(end, self._ends.get(tp, end))
             log.warning("Kafka refused a record of the transaction%s: finding its input record "
                         "(%d records a transaction now)", where, self.limit)
         self._producer.report_each(True)
 
-    def committed(self) -> None:
-        """A transaction committed: poisoned records it dead-lettered are done with."""
+    def committed(self, position: Position | None = None) -> None:
+        """A transaction committed: poisoned records it dead-lettered are done with.
+        ``position``: where each partition's input stands now."""
         for origin in self._settled:
             self._poisoned.pop(origin, None)
         self._settled.clear()
-        if self.limit is not None:
+        if self._ends and position is not None:
+            for tp, end in list(self._ends.items()):
+                now = position(*tp)
+                if now is None or now >= end:
+                    del self._ends[tp]
+        if self.limit is not None and not self._ends:
             self.limit *= 2
             if self.limit > max(self._goal, 1):
                 self.limit = None

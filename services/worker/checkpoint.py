@@ -176,8 +176,7 @@ class Checkpoint:
         return self._bisection.room(self.taken)
 
     def poison_of(self, topic: str, partition: int, offset: int) -> str | None:
-        """Why Kafka refused what this input record produced, if it did: then the worker
-        dead-letters it instead of processing it, and says so with :meth:`poison_settled`."""
+        """Why Kafka refused this input record's output, if it did (dead-lettered: :meth:`poison_settled`)."""
         return self._bisection.poison_of((topic, partition, offset))
 
     def poison_settled(self, topic: str, partition: int, offset: int) -> None:
@@ -264,7 +263,7 @@ class Checkpoint:
         self.is_open = False
         self._failures = 0
         self.taken = 0
-        self._bisection.committed()
+        self._bisection.committed(lambda topic, p: self.sources[topic].base.get(p) if topic in self.sources else None)
         self.stats.committed()
 
     # -- failure -------------------------------------------------------------------------------
@@ -309,8 +308,9 @@ class Checkpoint:
         for s in self._staged:
             s.rollback()
         self.stats.rolled_back()
+        ends = {(s.topic, p): n for s in self.sources.values() for p, n in s.next.items()}  # before the rewind
         self._rewind()
-        self._bisection.failed(exc, count, self._last)
+        self._bisection.failed(exc, count, self._last, ends)
         return outcome
 
     def _cause(self, exc: KafkaClientError) -> KafkaClientError:

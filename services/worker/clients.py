@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -20,7 +20,7 @@ from services.worker.tuning import merged_config
 if TYPE_CHECKING:
     from services.worker.assignment import Topics
 
-__all__ = ["PRODUCER_BATCHING", "KafkaClients", "commit_done", "consumer_config", "needed_access", "producer_config"]
+__all__ = ["PRODUCER_BATCHING", "GroupConsumer", "KafkaClients", "commit_done", "consumer_config", "needed_access", "producer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,29 @@ def commit_done(err: KafkaError | None, partitions: list[TopicPartition]) -> Non
     if err is not None or failed:
         log.warning("an offset commit failed (events after the last committed offsets may be seen "
                     "again): %s", err if err is not None else "; ".join(failed))
+
+
+class GroupConsumer(WorkerConsumer):
+    """The worker's consumer, with at most one offset commit not waited for at a time: the
+    next one waits (at-least-once, Checkpoint.commit). librdkafka retries a commit that timed
+    out, so a second one sent meanwhile could be overwritten by the older one's retry."""
+
+    def __init__(self, conf: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
+        self.commits_unanswered = 0
+        super().__init__({**conf, "on_commit": self._answered}, factory)
+
+    def _open(self, client: Any) -> None:
+        self.commits_unanswered = 0  # a new client (renew): the old one's commits are its own
+        super()._open(client)
+
+    def _answered(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        self.commits_unanswered = max(0, self.commits_unanswered - 1)  # (async commits only)
+        commit_done(err, partitions)
+
+    def commit(self, offsets: list[TopicPartition], wait: bool = True) -> None:
+        wait = wait or self.commits_unanswered > 0
+        super().commit(offsets, wait)
+        self.commits_unanswered += not wait
 
 
 def consumer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
@@ -131,7 +154,7 @@ class KafkaClients:
         self._base = base  # connection settings (Settings.kafka_config())
 
     def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
-        return WorkerConsumer(merged_config(self._base, conf))
+        return GroupConsumer(merged_config(self._base, conf))
 
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
         return TxnProducer(merged_config(self._base, conf), transactional=transactional)

@@ -56,6 +56,7 @@ class LinkedConsumer(WorkerConsumer):
         self._side_parts: set[int] = set()  # directory partitions assigned to ``side``
         self._counts: tuple[int, int] | None = None  # (input, directory) partition counts
         self._side_first = False  # which consumer fills a batch first (alternates: see consume)
+        self._side_sought: set[int] | None = None  # directory partitions sought inside main.consume
 
     def linked(self, input_partitions: list[int]) -> list[int]:
         """The directory partitions that go with these input partitions."""
@@ -94,7 +95,15 @@ class LinkedConsumer(WorkerConsumer):
             more: list[Record] = self._side.consume(n, 0)
             if len(more) >= n:
                 return more
-            msgs: list[Record] = self._main.consume(n - len(more), timeout)
+            # The main consumer's rebalance callbacks run in its consume(): an abort there
+            # seeks the directory back, and what was fetched before it must not be taken.
+            self._side_sought = set()
+            try:
+                msgs: list[Record] = self._main.consume(n - len(more), timeout)
+            finally:
+                sought, self._side_sought = self._side_sought, None
+            if sought:
+                more = [m for m in more if m.partition() not in sought]
             return msgs + more if msgs else more
         msgs = self._main.consume(n, timeout)
         if len(msgs) >= n:
@@ -155,6 +164,8 @@ class LinkedConsumer(WorkerConsumer):
 
     def seek(self, tp: TopicPartition) -> None:
         self._of(tp.topic).seek(tp)
+        if self._side_sought is not None and tp.topic == self.side_topic:
+            self._side_sought.add(tp.partition)
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:

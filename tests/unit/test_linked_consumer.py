@@ -67,3 +67,75 @@ def test_without_directory_partitions_only_the_input_is_asked() -> None:
     main, side = _Queue("in", 10), _Queue("dir", 10)
     linked = LinkedConsumer(main, side, "in", "dir")  # type: ignore[arg-type]
     assert len(linked.consume(4)) == 4 and side.asked == []
+
+
+class _Rec:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.t, self.p, self.o = topic, partition, offset
+
+    def partition(self) -> int:
+        return self.p
+
+
+class _Dir:
+    """Two directory partitions; a seek moves one back."""
+
+    def __init__(self) -> None:
+        self.pos = {0: 0, 1: 0}
+
+    def consume(self, n: int, timeout: float = 0) -> list[Any]:
+        out = [_Rec("dir", p, self.pos[p] + i) for p in (0, 1) for i in range(2)][:n]
+        for r in out:
+            self.pos[r.p] = r.o + 1
+        return out
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.pos[tp.partition] = tp.offset
+
+    def assign_more(self, partitions: list[TopicPartition]) -> None:
+        pass
+
+
+def test_directory_records_fetched_before_a_seek_in_the_input_consumers_callback_are_not_handed_out() -> None:
+    """The input consumer's rebalance callback runs inside its consume(): there an abort seeks
+    the directory back. Records of a sought partition fetched before it are dropped (the seek
+    delivers them again); the other partition's stay."""
+    side = _Dir()
+
+    class _Input:
+        def consume(self, n: int, timeout: float = 0) -> list[Any]:
+            linked.seek(TopicPartition("dir", 0, 0))  # the rewind of a failed revoke commit
+            return [_Rec("in", 0, 7)]
+
+    linked = LinkedConsumer(_Input(), side, "in", "dir")  # type: ignore[arg-type]
+    linked.assign_more([TopicPartition("dir", 0), TopicPartition("dir", 1)])
+    got = linked.consume(10)  # the directory's turn first
+    assert [(r.t, r.p, r.o) for r in got] == [("in", 0, 7), ("dir", 1, 0), ("dir", 1, 1)]
+    assert side.pos[0] == 0  # partition 0's records come again
+    assert linked._side_sought is None
+
+
+def test_at_most_one_offset_commit_goes_unanswered() -> None:
+    """At-least-once commits not waited for: while one has no answer (on_commit), the next
+    one waits; a renewed client starts afresh."""
+    from services.worker.clients import GroupConsumer
+
+    made: list[Any] = []
+
+    class _Client:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.conf, self.commits = conf, []
+            self.consume = self.poll = lambda *a, **k: []
+            made.append(self)
+
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+            self.commits.append((offsets[0].offset, asynchronous))
+
+    consumer = GroupConsumer({"group.id": "g"}, factory=_Client)
+    tp = TopicPartition("in", 0, 5)
+    consumer.commit([tp], wait=False)
+    consumer.commit([TopicPartition("in", 0, 6)], wait=False)  # the first one is unanswered: waits
+    made[0].conf["on_commit"](None, [tp])  # the answer, as a later consume() serves it
+    consumer.commit([TopicPartition("in", 0, 7)], wait=False)
+    consumer.commit([TopicPartition("in", 0, 8)], wait=True)
+    assert made[0].commits == [(5, True), (6, False), (7, True), (8, False)]

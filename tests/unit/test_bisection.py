@@ -1,0 +1,102 @@
+"""The bisection of transactions Kafka refuses (services/worker/bisect.py) with the worker's
+linked consumer: the input and the entity directory take turns at filling each batch, so a
+transaction that commits right after a failed one may hold none of that one's input. It
+still narrows to the refused record, whatever the directory holds."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from fifolane.errors import RecordRefusedError
+from services.worker.bisect import Bisection
+from services.worker.linked import LinkedConsumer
+
+
+class _Topic:
+    """One partition of a topic, from offset 0 to ``end``; a seek moves the position."""
+
+    def __init__(self, topic: str, end: int) -> None:
+        self.topic, self.pos, self.end = topic, 0, end
+
+    def consume(self, n: int, timeout: float = 0) -> list[Any]:
+        out = [(self.topic, o) for o in range(self.pos, min(self.end, self.pos + n))]
+        self.pos += len(out)
+        return out
+
+    def assign_more(self, partitions: list[TopicPartition]) -> None:
+        pass
+
+
+class _Producer:
+    class report:  # noqa: N801 - as TxnProducer.report
+        @staticmethod
+        def take() -> None:
+            return None
+
+    def report_each(self, on: bool) -> None:
+        pass
+
+
+def _find(directory_backlog: int, poison: int = 500, batch: int = 1000) -> tuple[int, int]:
+    """Run transactions until the one holding only the input record ``poison`` fails:
+    (aborts, transactions) it took."""
+    main, side = _Topic("in", 10**9), _Topic("dir", directory_backlog)
+    linked = LinkedConsumer(main, side, "in", "dir")  # type: ignore[arg-type]
+    linked.assign_more([TopicPartition("dir", 0)])
+    bisection = Bisection(_Producer())  # type: ignore[arg-type]
+    committed = {"in": 0, "dir": 0}
+    aborts = 0
+    for txn in range(1, 400):
+        taken: list[Any] = []
+        while (room := bisection.room(len(taken))) != 0:
+            got = linked.consume(batch if room is None else min(batch, room))
+            taken += got
+            if room is None or not got:
+                break
+        if ("in", poison) not in taken:
+            committed = {"in": main.pos, "dir": side.pos}
+            bisection.committed(lambda topic, p, at=committed: at[topic])
+            continue
+        if len(taken) == 1:
+            return aborts, txn
+        aborts += 1
+        ends = {("in", 0): main.pos, ("dir", 0): side.pos}
+        main.pos, side.pos = committed["in"], committed["dir"]  # the rewind
+        bisection.failed(RecordRefusedError("refused", code="INVALID_RECORD", refused=True),
+                         len(taken), taken[-1], ends)
+    raise AssertionError(f"not found after {aborts} aborts")
+
+
+@pytest.mark.parametrize("backlog", [0, 300, 10**9])
+def test_the_refused_record_is_found_whatever_the_directory_holds(
+        backlog: int, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR)
+    aborts, _ = _find(backlog)
+    assert 1 <= aborts <= 12  # halving from 1,000 records; before: for ever with a backlog
+
+
+def test_after_the_failed_input_is_passed_the_limit_grows_again() -> None:
+    bisection = Bisection(_Producer())  # type: ignore[arg-type]
+    exc = RecordRefusedError("refused", code="INVALID_RECORD", refused=True)
+    bisection.failed(exc, 100, ("in", 0, 99), {("in", 0): 100, ("dir", 0): 7})
+    assert bisection.limit == 50
+    at = {("in", 0): 50, ("dir", 0): 7}
+    bisection.committed(lambda t, p: at[(t, p)])  # within the failed input: no growth
+    assert bisection.limit == 50
+    at[("in", 0)] = 100
+    bisection.committed(lambda t, p: at[(t, p)])
+    assert bisection.limit == 100
+    bisection.committed(lambda t, p: at[(t, p)])
+    assert bisection.limit is None and not bisection.active
+
+
+def test_a_partition_given_up_does_not_hold_the_limit_down() -> None:
+    bisection = Bisection(_Producer())  # type: ignore[arg-type]
+    exc = RecordRefusedError("refused", code="INVALID_RECORD", refused=True)
+    bisection.failed(exc, 8, ("in", 3, 9), {("in", 3): 10})
+    bisection.committed(lambda t, p: None)  # partition 3 is not ours any more
+    assert bisection.limit == 8
