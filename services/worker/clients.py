@@ -47,8 +47,9 @@ def commit_done(err: KafkaError | None, partitions: list[TopicPartition]) -> Non
 
 class GroupConsumer(WorkerConsumer):
     """The worker's consumer, with at most one offset commit not waited for at a time: the
-    next one waits (at-least-once, Checkpoint.commit). librdkafka retries a commit that timed
-    out, so a second one sent meanwhile could be overwritten by the older one's retry."""
+    next one waits (at-least-once, Checkpoint.commit), so commits never pile up behind a slow
+    coordinator. (librdkafka retries a commit that timed out: a retry landing after the next
+    commit sets the offset back, and those events are seen again, as at-least-once allows.)"""
 
     def __init__(self, conf: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
         self.commits_unanswered = 0
