@@ -8,7 +8,7 @@ librdkafka's own classification of the error:
 - fatal (the producer is unusable): :class:`ProducerFencedError` when another producer
   took over the transactional id, else :class:`ProducerFatalError`;
 - the open transaction must be aborted: :class:`TransactionAbortedError`;
-- one record is refused for what it is (:data:`RECORD_ERRORS`): :class:`RecordRefusedError`;
+- one record is refused for what it is (``RECORD_ERRORS``): :class:`RecordRefusedError`;
 - anything else, time-outs and unavailable brokers included: :class:`KafkaRetriableError`.
 
 Transactional calls that librdkafka reports as retriable ("call again to resume") are
@@ -24,18 +24,15 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fifolane.access import principal_of
 from fifolane.errors import (
     KafkaClientError,
     KafkaRetriableError,
-    ProducerFatalError,
-    ProducerFencedError,
-    RecordRefusedError,
-    TransactionAbortedError,
     WorkerError,
 )
+from services.worker.kafka_errors import RECORD_ERRORS, DeliveryReport, consumer_error, map_error
 from services.worker.txn import guarded
 
 #: What :attr:`TxnProducer.send` may raise: then :meth:`TxnProducer.produce` the record.
@@ -45,15 +42,6 @@ __all__ = ["RECORD_ERRORS", "SEND_FAILED", "DeliveryReport", "Record", "TxnProdu
            "consumer_error", "map_error"]
 
 log = logging.getLogger(__name__)
-
-#: Errors about one record (not about the cluster): producing it again fails again.
-RECORD_ERRORS = frozenset({
-    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_RECORD,
-    KafkaError.INVALID_MSG, KafkaError.INVALID_MSG_SIZE, KafkaError._INVALID_ARG,
-    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
-    KafkaError.TOPIC_EXCEPTION, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-})  # fmt: skip
-_FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED})
 
 
 class Record(Protocol):
@@ -67,62 +55,6 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
     def headers(self) -> list[tuple[str, bytes]] | None: ...
     def timestamp(self) -> tuple[int, int]: ...
-
-
-def _error_of(exc: KafkaException | KafkaError) -> KafkaError:
-    if isinstance(exc, KafkaError):
-        return exc
-    arg = exc.args[0] if exc.args else None
-    if isinstance(arg, KafkaError):
-        return arg
-    return KafkaError(KafkaError._FAIL, str(exc))
-
-
-def consumer_error(err: KafkaError) -> KafkaError | None:
-    """An error the consumer delivered in place of a record: ``err`` when it is fatal (the consumer
-    is done for good: services.worker.rebalance renews it), else None (logged: the client retries)."""
-    if err.fatal() or err.code() == KafkaError._FATAL:  # a consumer's fatal error: _FATAL, not flagged
-        return err
-    if err.code() != KafkaError._PARTITION_EOF:
-        log.warning("consumer error: %s", err)
-    return None
-
-
-def map_error(exc: KafkaException | KafkaError, what: str) -> KafkaClientError:
-    """The fifolane error for a confluent-kafka exception (or error) raised by ``what``."""
-    err = _error_of(exc)
-    code = err.code()
-    name = err.name() or str(code)
-    message = f"{what}: {err.str()} ({name})"
-    cls: type[KafkaClientError] = KafkaRetriableError
-    if err.fatal():
-        cls = ProducerFencedError if code in _FENCED else ProducerFatalError
-    elif err.txn_requires_abort():
-        cls = TransactionAbortedError
-    elif code in RECORD_ERRORS:
-        cls = RecordRefusedError
-    return cls(message, code=name, retriable=bool(err.retriable()), fatal=bool(err.fatal()),
-               abortable=bool(err.txn_requires_abort()), refused=code in RECORD_ERRORS)
-
-
-class DeliveryReport:
-    """The first failed delivery since the last :meth:`take` (topic, error)."""
-
-    __slots__ = ("failed",)
-
-    def __init__(self) -> None:
-        self.failed: tuple[str, KafkaClientError] | None = None
-
-    def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            topic = msg.topic() or "?"
-            log.error("delivery to %s[%s] failed: %s", topic, msg.partition(), err)
-            if self.failed is None:
-                self.failed = (topic, map_error(err, f"delivery to {topic}"))
-
-    def take(self) -> tuple[str, KafkaClientError] | None:
-        failed, self.failed = self.failed, None
-        return failed
 
 
 class TxnProducer:

@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from kafka_fixtures import consume_all
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_fixtures import consume_all, wait_until
 from worker_support import (
     CATALOG,
     WorkerThread,
+    accounted,
+    committed_input,
     read_dlq,
     read_table,
     reservation,
@@ -247,3 +250,48 @@ def test_a_retry_sees_the_event_as_it_came(settings: Settings, topics: Any, hand
     table = read_table(settings)
     assert {k: (rec["seats"], rec["flight_number"]) for k, (_v, rec) in table.items()} == \
         {f"reservation/S{i}": (i + 1, f"LH{i % 3}") for i in range(6)}
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_outputs_the_broker_refuses_in_a_batch_are_found_under_both_guarantees(
+        settings: Settings, topics: Any, guarantee: str) -> None:
+    """Four events of a burst emit a record with no key to a compacted topic: the broker
+    refuses it (INVALID_RECORD), and librdkafka fails the records batched with it too
+    (_INVALID_DIFFERENT_RECORD), often reporting those first. Two workers, many new entities
+    (the directory's claims keep coming): the bisection finds exactly the four, under both
+    guarantees (at-least-once once took a batch-mate's error for a passing one and replayed
+    the batch for ever), and every other event is applied and committed."""
+    compacted = f"{settings.input_topic}.compacted"
+    admin = AdminClient(settings.kafka_config())
+    for future in admin.create_topics([NewTopic(compacted, 3, 1, config={"cleanup.policy": "compact"})]).values():
+        future.result(30)
+    app = App("refused-in-a-batch")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        state.emit(compacted, None if event.value["customer_id"] == "poison" else event.key, b"v")
+
+    poisoned = {17, 18, 90, 199}
+    n = 200
+    events = [("reservation", reservation(f"R{i}", f"F{i % 23}", 1, customer="poison" if i in poisoned else "c1"),
+               "upsert") for i in range(n)]
+    w1 = WorkerThread(settings, app, worker_id="w1", guarantee=guarantee, concurrency=4)
+    w2 = WorkerThread(settings, app, worker_id="w2", guarantee=guarantee, concurrency=4)
+    with w1, w2:
+        wait_until(lambda: w1.worker.assigned_partitions and w2.worker.assigned_partitions, timeout=60,
+                   message="both workers have partitions")
+        send_events(settings, events)
+        wait_until(lambda: accounted([w1.stats, w2.stats]) >= n and w1.committed() and w2.committed(),
+                   timeout=180, message=lambda: f"w1 {w1.stats}\nw2 {w2.stats}")
+        refused = w1.stats.dead_letter_reasons["output-refused"] + w2.stats.dead_letter_reasons["output-refused"]
+        assert refused == len(poisoned)
+    letters = [d for d in read_dlq(settings) if d["reason"] == "output-refused"]
+    assert {d["key"] for d in letters} == {f"F{i % 23}".encode() for i in poisoned}
+    table, applied = set(read_table(settings)), {f"reservation/R{i}" for i in range(n) if i not in poisoned}
+    if guarantee == "exactly-once":
+        assert table == applied
+    else:  # no transaction takes back what a refused batch delivered (README, "at-least-once")
+        assert applied <= table <= applied | {f"reservation/R{i}" for i in poisoned}
+    assert committed_input(settings, w1.worker.group_id) == n

@@ -159,3 +159,33 @@ def test_topic_configs_that_do_not_come_in_time_are_kafkas_defaults(monkeypatch:
     monkeypatch.setattr(kafka, "KafkaAccess", _Access)
     got = kafka.KafkaClients({}).topic_configs(["a", "b"], timeout=0.1)
     assert got == {"a": {}, "b": {}}
+
+
+class _Msg:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return 0
+
+
+def test_a_transaction_reports_the_refused_record_not_its_batch_mates() -> None:
+    """librdkafka fails the records batched with an invalid one (_INVALID_DIFFERENT_RECORD),
+    often before the invalid one: the report keeps the culprit, and a batch-mate alone still
+    counts as a refusal (the transaction holds a refused record: bisected, not retried)."""
+    from services.worker.kafka import DeliveryReport
+
+    report = DeliveryReport()
+    report(KafkaError(KafkaError._INVALID_DIFFERENT_RECORD), _Msg("a"))  # type: ignore[arg-type]
+    report(KafkaError(KafkaError._INVALID_DIFFERENT_RECORD), _Msg("b"))  # type: ignore[arg-type]
+    report(KafkaError(KafkaError.INVALID_RECORD), _Msg("c"))  # type: ignore[arg-type]
+    report(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), _Msg("d"))  # type: ignore[arg-type]
+    taken = report.take()
+    assert taken is not None and taken[0] == "c" and taken[1].code == "INVALID_RECORD"
+    assert report.take() is None
+    report(KafkaError(KafkaError._INVALID_DIFFERENT_RECORD), _Msg("a"))  # type: ignore[arg-type]
+    mate = report.take()
+    assert mate is not None and mate[1].refused and isinstance(mate[1], RecordRefusedError)
