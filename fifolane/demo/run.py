@@ -9,6 +9,7 @@ restart, then the Spark views and a summary that checks itself against the input
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -85,10 +86,11 @@ class _WorkerProc:
         self.worker_id = worker_id
         self.log = run_dir / "logs" / f"{worker_id}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.stats_file = run_dir / f"{worker_id}.stats.json"
         self.args = [sys.executable, "-m", "services.worker", "--app", APP, "--worker-id", worker_id,
                      "--group-id", group_id, "--concurrency", "32",
                      "--state-dir", str(run_dir / "state" / worker_id),
-                     "--stats-file", str(run_dir / f"{worker_id}.stats.json")]
+                     "--stats-file", str(self.stats_file)]
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("FIFOLANE_")}
         self.env.update(_settings_env(settings))
         self.env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + self.env.get("PYTHONPATH", "")
@@ -103,6 +105,17 @@ class _WorkerProc:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(30)
+
+    def listeners_settled(self, listeners: int) -> bool:
+        """Restored, every listener active and no current-state snapshot still to send (a
+        worker restarted late in the stream announces its partitions' state only now)."""
+        try:
+            s = json.loads(self.stats_file.read_text())
+        except (OSError, ValueError):
+            return False
+        sink = s.get("sink") or {}
+        return (not s.get("restoring") and s.get("restored_records") == s.get("restore_total")
+                and sink.get("listeners_active", 0) >= listeners and sink.get("listener_snapshots_pending") == 0)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -205,6 +218,7 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
     from fifolane.produce import EventProducer
 
     events = stream.events
+    _settled_since.clear()
     produced = 0
     errors: list[BaseException] = []
 
@@ -252,7 +266,7 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
                     victim.kill()
                     victim.start()
                     killed = True
-                if produced >= total and done >= total:
+                if produced >= total and done >= total and _settled(workers, len(names), progress):
                     break
                 if time.monotonic() - t0 > 600:
                     raise FifolaneError(f"the workers did not finish: {done}/{total} committed after 600s; "
@@ -264,6 +278,26 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
     console.print(f"pipeline: {total} events produced and committed in {took:.1f}s "
                   f"({total / took:,.0f} events/s end to end, worker killed midway: {killed})")
     return {"total": total, "seconds": took, "killed": killed}
+
+
+_settled_since: list[float] = []
+
+
+def _settled(workers: list[_WorkerProc], listeners: int, progress: Any) -> bool:
+    """Every worker's listeners settled, twice 1 s apart (the last snapshot chunk commits
+    after it is sent); after 60 s the demo goes on and its check tells what is missing."""
+    now = time.monotonic()
+    if not _settled_since:
+        _settled_since.append(now)
+        progress.console.print("waiting for the listeners' current-state snapshots ...")
+    if now - _settled_since[0] > 60:
+        return True
+    if all(w.listeners_settled(listeners) for w in workers):
+        if len(_settled_since) == 1:
+            _settled_since.append(now)
+        return now - _settled_since[1] >= 1.0
+    del _settled_since[1:]
+    return False
 
 
 def _spark(settings: Settings, run_dir: Path, console: Console) -> dict[str, Any] | None:
