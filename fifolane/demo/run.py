@@ -114,7 +114,7 @@ class _WorkerProc:
         except (OSError, ValueError):
             return False
         sink = s.get("sink") or {}
-        return (not s.get("restoring") and s.get("restored_records") == s.get("restore_total")
+        return (bool(s.get("assigned")) and not s.get("restoring")  # (assigned: once restored)
                 and sink.get("listeners_active", 0) >= listeners and sink.get("listener_snapshots_pending") == 0)
 
     def stop(self) -> None:
