@@ -218,7 +218,7 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
     from fifolane.produce import EventProducer
 
     events = stream.events
-    _settled_since.clear()
+    settled = _Settled(workers)
     produced = 0
     errors: list[BaseException] = []
 
@@ -266,7 +266,7 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
                     victim.kill()
                     victim.start()
                     killed = True
-                if produced >= total and done >= total and _settled(workers, len(names), progress):
+                if produced >= total and done >= total and settled(progress, len(names)):
                     break
                 if time.monotonic() - t0 > 600:
                     raise FifolaneError(f"the workers did not finish: {done}/{total} committed after 600s; "
@@ -280,24 +280,28 @@ def _stream_and_wait(settings: Settings, stream: Any, workers: list[_WorkerProc]
     return {"total": total, "seconds": took, "killed": killed}
 
 
-_settled_since: list[float] = []
+class _Settled:
+    """Whether every worker's listeners have settled, twice 1 s apart (the last snapshot chunk
+    commits after it is sent); after 60 s the demo goes on and its check tells what is missing."""
 
+    def __init__(self, workers: list[_WorkerProc]) -> None:
+        self.workers = workers
+        self.asked: float | None = None  # first asked
+        self.since: float | None = None  # settled since
 
-def _settled(workers: list[_WorkerProc], listeners: int, progress: Any) -> bool:
-    """Every worker's listeners settled, twice 1 s apart (the last snapshot chunk commits
-    after it is sent); after 60 s the demo goes on and its check tells what is missing."""
-    now = time.monotonic()
-    if not _settled_since:
-        _settled_since.append(now)
-        progress.console.print("waiting for the listeners' current-state snapshots ...")
-    if now - _settled_since[0] > 60:
-        return True
-    if all(w.listeners_settled(listeners) for w in workers):
-        if len(_settled_since) == 1:
-            _settled_since.append(now)
-        return now - _settled_since[1] >= 1.0
-    del _settled_since[1:]
-    return False
+    def __call__(self, progress: Any, listeners: int) -> bool:
+        now = time.monotonic()
+        if self.asked is None:
+            self.asked = now
+            progress.console.print("waiting for the listeners' current-state snapshots ...")
+        if now - self.asked > 60:
+            return True
+        if not all(w.listeners_settled(listeners) for w in self.workers):
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since >= 1.0
 
 
 def _spark(settings: Settings, run_dir: Path, console: Console) -> dict[str, Any] | None:
