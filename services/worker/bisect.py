@@ -1,7 +1,7 @@
 """Finding the input record whose output Kafka refuses, by bisecting transactions.
 
 A transaction fails as a whole when Kafka refuses one of its records for what it is (too
-large for its topic, invalid there: :data:`services.worker.kafka.RECORD_ERRORS`); replayed as
+large for its topic, invalid there: :data:`services.worker.kafka_errors.RECORD_ERRORS`); replayed as
 it was, it would fail again, for ever. So after such a failure the checkpoint limits the input
 records per transaction (:meth:`Bisection.room`) to half of the failed one's, halving again
 after each such failure, until a transaction of one input record fails: that record is
