@@ -8,11 +8,12 @@ from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from fifolane.access import KafkaAccess
 from fifolane.config import Settings
 from fifolane.errors import ConfigError, WorkerError
+from services.worker.group_admin import GroupAdmin
 from services.worker.kafka import TxnProducer, WorkerConsumer, map_error
 from services.worker.options import WorkerOptions
 from services.worker.tuning import merged_config
@@ -160,9 +161,10 @@ class KafkaClients:
     def producer(self, conf: dict[str, Any], *, transactional: bool) -> TxnProducer:
         return TxnProducer(merged_config(self._base, conf), transactional=transactional)
 
-    def admin(self) -> AdminClient:
-        """An admin client (the group watch of services.worker.orphans)."""
-        return AdminClient(dict(self._base))
+    def admin(self) -> GroupAdmin:
+        """The group watch's admin (services.worker.orphans), in a child process
+        (services.worker.group_admin: librdkafka#4605 aborts the process that asks)."""
+        return GroupAdmin(self._base)
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""

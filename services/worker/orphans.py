@@ -14,7 +14,8 @@ stays away past its session time-out). The window is wide with slow handlers: th
 handler call in flight.
 
 :class:`OrphanWatch` asks the coordinator every ``interval`` seconds for the members and
-their assignments (one DescribeGroups request, answered off the poll thread). When the group
+their assignments (one DescribeGroups request, answered off the poll thread by a child process:
+services.worker.group_admin). When the group
 is stable and the same partitions have had no owner under the same assignment for ``grace``
 seconds (much longer than a second round takes), the static member with the fewest input
 partitions (ties: the lowest member id) leaves the group, and one more static member after each
@@ -146,8 +147,10 @@ class OrphanWatch:
         self._next = now + self._interval
 
     def close(self) -> None:
-        """Drop the admin client: its threads end now, not at the interpreter's exit."""
-        self._asked = self._admin = None
+        """End the admin (its child process, services.worker.group_admin) now."""
+        admin, self._asked, self._admin = self._admin, None, None
+        if admin is not None and hasattr(admin, "close"):
+            admin.close()
 
     def _ask(self, now: float) -> None:
         try:

@@ -1,6 +1,7 @@
 """Who owns what, and where to ask: the consumer group's assignment plus the members topic.
 
-- Ownership comes from the consumer group (``describe_consumer_groups``): each member's
+- Ownership comes from the consumer group (``describe_consumer_groups``, asked from a child
+  process: services.worker.group_admin): each member's
   assigned input partitions, and with them the directory partitions that go with them
   (``d mod N``: services/worker/linked.py). A member's client id is
   ``<worker id>-consumer`` (services/worker/clients.py).
@@ -30,6 +31,7 @@ from confluent_kafka.admin import AdminClient
 from fifolane.errors import WorkerError
 from fifolane.partitioner import murmur2
 from fifolane.query import member_key, member_value, read_member
+from services.worker.group_admin import GroupAdmin
 
 __all__ = ["MemberInfo", "Roster", "Routing", "standby_placement"]
 
@@ -111,6 +113,7 @@ class Roster:
         self._replicas = standby_replicas
         self._interval = interval
         self._admin_client: AdminClient | None = None
+        self._groups: GroupAdmin | None = None  # the describes, in a child process (librdkafka#4605)
         self._urls: dict[str, str] = {}
         self._reader: Consumer | None = None
         self.routing = Routing(0, 0, standby_replicas=standby_replicas)
@@ -162,6 +165,9 @@ class Roster:
             self._reader = None
         if self._thread is None or not self._thread.is_alive():
             self._admin_client = None  # destroyed now, not at the interpreter's exit (fifolane.cli)
+            if self._groups is not None:
+                self._groups.close()
+                self._groups = None
 
     def refresh_soon(self) -> None:
         """Refresh now (a rebalance happened here)."""
@@ -186,7 +192,9 @@ class Roster:
         owners: dict[int, str] = {}
         dir_owners: dict[int, str] = {}
         members: list[str] = []
-        desc = self._admin.describe_consumer_groups([self.group_id], request_timeout=10)[self.group_id].result()
+        if self._groups is None:
+            self._groups = GroupAdmin({**self._conf, "client.id": "fifolane-query-roster"})
+        desc = self._groups.describe_consumer_groups([self.group_id], request_timeout=10)[self.group_id].result(15)
         for m in desc.members:
             worker = m.client_id.removesuffix(_CONSUMER_SUFFIX)
             tps = m.assignment.topic_partitions if m.assignment is not None else []
