@@ -115,7 +115,9 @@ class TxnProducer:
                 full = True
                 self._producer.poll(0.05)  # let deliveries drain
             except KafkaException as exc:
-                raise map_error(exc, f"produce to {topic}") from exc
+                err = map_error(exc, f"produce to {topic}")
+                err.topic = topic
+                raise err from exc
 
     def report_each(self, on: bool) -> None:
         """Report every record's delivery (to find which record Kafka refuses)."""
@@ -214,12 +216,24 @@ class WorkerConsumer:
     def __init__(self, conf: dict[str, Any], factory: Callable[[dict[str, Any]], Any] = Consumer) -> None:
         self._conf, self._factory = dict(conf), factory
         self._subscription: tuple[list[str], dict[str, Any]] | None = None
+        self._sought: set[tuple[str, int]] | None = None  # partitions sought inside poll_more()
         self._open(factory(conf))
 
     def _open(self, client: Any) -> None:
         self._consumer = client
         self.consume = client.consume  # the hot call; it reports errors in messages
         self.poll = client.poll
+
+    def poll_more(self, first: Record, n: int) -> list[Record]:
+        """``first`` (from ``poll``) and up to ``n - 1`` records more. A rebalance callback in
+        this consume() may rewind ``first``'s partition (an abort seeks back to the last
+        commit): then ``first`` comes again after the others, so it is left out here."""
+        self._sought = set()
+        try:
+            more: list[Record] = self.consume(n - 1, 0) if n > 1 else []
+        finally:
+            sought, self._sought = self._sought, None
+        return more if (first.topic(), first.partition()) in sought else [first, *more]
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         """Join the group; the rebalance callbacks hear only from the current client."""
@@ -283,6 +297,8 @@ class WorkerConsumer:
             raise map_error(exc, "offset commit") from exc
 
     def seek(self, tp: TopicPartition) -> None:
+        if self._sought is not None:
+            self._sought.add((tp.topic, tp.partition))
         try:
             self._consumer.seek(tp)
         except KafkaException as exc:

@@ -57,6 +57,7 @@ class LinkedConsumer(WorkerConsumer):
         self._counts: tuple[int, int] | None = None  # (input, directory) partition counts
         self._side_first = False  # which consumer fills a batch first (alternates: see consume)
         self._side_sought: set[int] | None = None  # directory partitions sought inside main.consume
+        self._sought: set[tuple[str, int]] | None = None  # partitions sought inside poll_more()
 
     def linked(self, input_partitions: list[int]) -> list[int]:
         """The directory partitions that go with these input partitions."""
@@ -163,6 +164,8 @@ class LinkedConsumer(WorkerConsumer):
             self._side_parts.difference_update(gone)
 
     def seek(self, tp: TopicPartition) -> None:
+        if self._sought is not None:
+            self._sought.add((tp.topic, tp.partition))
         self._of(tp.topic).seek(tp)
         if self._side_sought is not None and tp.topic == self.side_topic:
             self._side_sought.add(tp.partition)

@@ -227,7 +227,7 @@ class Worker:
                     self.checkpoint()
                     return
                 if first is not None:
-                    msgs = [first, *consumer.consume(n - 1, timeout=0)] if n > 1 else [first]
+                    msgs = consumer.poll_more(first, n)  # without first if a rebalance rewound it
             got, asked = len(msgs), n
             if got:
                 aborts = self.stats.aborts

@@ -1,5 +1,6 @@
 """The worker's linked consumer (input + entity directory) hands out at most the records asked
-for, from both topics in turn: a bisecting transaction's room is counted in records."""
+for, from both topics in turn: a bisecting transaction's room is counted in records. Records
+fetched before a rewind inside a consume() are never handed out."""
 
 from __future__ import annotations
 
@@ -76,6 +77,9 @@ class _Rec:
     def partition(self) -> int:
         return self.p
 
+    def topic(self) -> str:
+        return self.t
+
 
 class _Dir:
     """Two directory partitions; a seek moves one back."""
@@ -139,3 +143,49 @@ def test_at_most_one_offset_commit_goes_unanswered() -> None:
     consumer.commit([TopicPartition("in", 0, 7)], wait=False)
     consumer.commit([TopicPartition("in", 0, 8)], wait=True)
     assert made[0].commits == [(5, True), (6, False), (7, True), (8, False)]
+
+
+def test_a_polled_record_whose_partition_a_callback_rewinds_is_left_out_of_the_batch() -> None:
+    """poll_once takes ``first`` from poll(), then consume()s more. A rebalance callback in that
+    consume() may abort and seek every partition back to the last commit: ``first`` then
+    comes again after the rewound records, and taking it now would run it twice and out of
+    order. It is left out; a seek of another partition keeps it. Both consumers."""
+    from services.worker.kafka import WorkerConsumer
+
+    seeks: list[TopicPartition] = []
+
+    class _Client:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.poll = lambda *a: None
+
+        def consume(self, n: int, timeout: float = 0) -> list[Any]:
+            for tp in seeks:  # the callback's rewind, through the worker's wrapper
+                wrapper.seek(tp)
+            return [_Rec("in", 1, 40)]
+
+        def seek(self, tp: TopicPartition) -> None:
+            pass
+
+    wrapper: Any = WorkerConsumer({}, factory=_Client)
+    first = _Rec("in", 0, 7)
+    assert [(r.t, r.p, r.o) for r in wrapper.poll_more(first, 10)] == [("in", 0, 7), ("in", 1, 40)]
+    seeks[:] = [TopicPartition("in", 1, 30)]
+    assert [(r.t, r.p, r.o) for r in wrapper.poll_more(first, 10)] == [("in", 0, 7), ("in", 1, 40)]
+    seeks[:] = [TopicPartition("in", 0, 5), TopicPartition("in", 1, 30)]
+    assert [(r.t, r.p, r.o) for r in wrapper.poll_more(first, 10)] == [("in", 1, 40)]
+    assert wrapper.poll_more(first, 1) == [first] and wrapper._sought is None
+    seeks.clear()
+
+    class _Input:
+        def consume(self, n: int, timeout: float = 0) -> list[Any]:
+            for tp in seeks:
+                wrapper.seek(tp)
+            return [_Rec("in", 1, 40)]
+
+        def seek(self, tp: TopicPartition) -> None:
+            pass
+
+    wrapper = LinkedConsumer(_Input(), _Dir(), "in", "dir")  # type: ignore[arg-type]
+    assert [(r.t, r.p, r.o) for r in wrapper.poll_more(first, 10)] == [("in", 0, 7), ("in", 1, 40)]
+    seeks[:] = [TopicPartition("in", 0, 5)]
+    assert [(r.t, r.p, r.o) for r in wrapper.poll_more(first, 10)] == [("in", 1, 40)]
