@@ -127,6 +127,8 @@ class KafkaClientError(FifolaneError):
         self.fatal = fatal
         self.abortable = abortable
         self.refused = refused
+        #: the topic of the record that failed, when the error is about one (set by the mapping)
+        self.topic: str | None = None
 
 
 class KafkaRetriableError(KafkaClientError):

@@ -6,21 +6,32 @@ worker's transaction, so live notifications commit exactly once with their chang
 whose JSON is larger than the topic takes (a projection of a huge entity; a string of
 control characters takes six bytes each) is replaced by a small one with a null ``value``
 and ``"error": "too-large"`` (:func:`listeners.notify.too_large`): the change still reaches
-the listener, in order, and nothing stalls the worker.
+the listener, in order, and nothing stalls the worker. One that Kafka refuses at once (its
+topic deleted, not writable) goes to ``refused(topic, error)``, which suspends the listeners
+writing there (listeners.runtime); any other failure is the transaction's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from fifolane.errors import KafkaClientError
 from listeners.journal import SeqJournal
 from listeners.model import ListenerSpec
-from listeners.notify import HEADER_LISTENER, assemble, listener_prefix, too_large
+from listeners.notify import HEADER_LISTENER, assemble, encode_value, listener_prefix, too_large
+
+if TYPE_CHECKING:
+    from listeners.matcher import Notification
+    from listeners.snapshots import Snapshots
 
 __all__ = ["Active", "Notifier", "resize"]
 
 Produce = Callable[..., None]
+#: Kafka refused a notification to this topic for good: True if its listeners are suspended
+Refused = Callable[[str, KafkaClientError], bool]
+_MISSING: Any = object()
 
 
 @dataclass(slots=True)
@@ -75,3 +86,34 @@ class Notifier:
             self.too_large += 1
         self.produce(act.topic, value, ekey, partition % act.partitions, act.headers)
         self.sent += 1
+
+    def send_checked(self, act: Active, kind: str, partition: int, ekey: bytes, parts: tuple[str, str, str],
+                     value_json: str, refused: Refused) -> bool:
+        """:meth:`send`; False if Kafka refused it at once and ``refused`` took it."""
+        try:
+            self.send(act, kind, partition, ekey, parts, value_json)
+        except KafkaClientError as exc:
+            if not (exc.refused and refused(act.topic, exc)):
+                raise
+            return False
+        return True
+
+    def send_all(self, notes: Sequence[Notification], active: Mapping[str, Active], snaps: Snapshots | None,
+                 partition: int, ekey: bytes, parts: tuple[str, str, str], refused: Refused) -> int:
+        """The notifications of one change; how many were sent. ``snaps``: the snapshots in
+        progress, which hold back keys their chunks will announce."""
+        # Listeners without a converter share the projection (the new record): encoded once.
+        last_value: Any = _MISSING
+        value_json = ""
+        sent = 0
+        for n in notes:
+            act = active.get(n.listener)
+            if act is None:
+                continue  # suspended by this very change
+            if snaps is not None and snaps.holds(n.listener, partition, ekey):
+                continue  # its snapshot chunk will announce the then current state
+            if n.value is not last_value:
+                last_value = n.value
+                value_json = encode_value(n.value)
+            sent += self.send_checked(act, n.kind, partition, ekey, parts, value_json, refused)
+        return sent

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -216,7 +217,8 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
 def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> ListenerSpec:
     """Register ``spec``; return what is registered (with the registering ``principal``).
 
-    Registering the same definition again is a no-op (returns the existing registration). A
+    Registering the same definition again is a no-op (returns the existing registration),
+    unless a worker suspended it: then it is registered anew, which lifts the suspension. A
     different definition under an existing name is refused unless ``replace``; a replaced
     listener is a new instance (a new include-current-state snapshot, sequence numbers go on).
     The output topic is checked (:func:`listeners.outputs.check_output_topic`: not a role
@@ -229,9 +231,13 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> L
     ensure_registry_topic(settings)
     state = read_registry(settings)
     existing = state.listeners.get(spec.name)
-    if existing is not None and same_definition(existing, spec):
-        return existing
-    if existing is not None and not replace:
+    same = existing is not None and same_definition(existing, spec)
+    if existing is not None and same:
+        if not any(st.state == "suspended" for st in state.status.get(spec.name, ())):
+            return existing
+        if spec.created_at <= existing.created_at:  # suspended on a worker: a new instance lifts it
+            spec = dataclasses.replace(spec, created_at=datetime.now(UTC), renewed_at=None)
+    elif existing is not None and not replace:
         raise ListenerError(
             f"listener {spec.name!r} already exists with another definition "
             f"(filter {existing.filter!r}); use --replace (replace=True) to change it"

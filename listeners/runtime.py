@@ -19,7 +19,8 @@ wires these parts, each in its own module:
   dead-letters invalid registrations, once.
 
 A listener whose filter or converter takes longer than its budget for one change (a CEL
-evaluation over ``budget`` seconds) is suspended on this worker: it stops receiving notifications
+evaluation over ``budget`` seconds), or whose output topic Kafka refuses its notifications for
+(deleted, or no longer writable), is suspended on this worker: it stops receiving notifications
 here, the worker and the other listeners go on, and a status record (``<name>/status/<worker>``)
 says why, shown by ``fifolane listeners describe``. Registering it again lifts the suspension.
 """
@@ -47,14 +48,13 @@ from listeners.outputs import role_topic_problem
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
 from listeners.registry_view import Housekeeper, RegistryView
 from listeners.snapshots import Snapshots
-from listeners.suspensions import Suspensions
+from listeners.suspensions import Suspensions, output_refused, overrun
 from services.worker.sink import Row, SinkContext
 
 __all__ = ["ListenerRuntime"]
 
 log = logging.getLogger(__name__)
 
-_MISSING: Any = object()
 #: Registry batches larger than this are logged as a summary, not one line per listener.
 _LOG_EACH = 20
 
@@ -95,6 +95,7 @@ class ListenerRuntime:
         self._typed: Counter[bytes] = Counter()  # active listeners per type
         self._leased: set[str] = set()  # active listeners with a lease (housekeeping reads them)
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
+        self._refused: set[str] = set()  # output topics whose listeners were suspended for a refusal
         self._next_housekeeping = 0.0
         self._verbose = True
         self.live_sent = self.expired = 0  # live notifications sent, expired leases seen
@@ -135,6 +136,7 @@ class ListenerRuntime:
         self._keeper = Housekeeper(self.settings.registry_topic, self.settings.dlq_topic, ctx.worker_id,
                                    self._dead_letter, ctx.produce)
         self._hints = Hints(ctx.entity_type)
+        ctx.answer_refusals(self.refused)
         if not self._follower.alive:
             self._follower.start()
         self._follower.mark()
@@ -207,24 +209,9 @@ class ListenerRuntime:
         if not notes:
             return
         snaps = self.snapshots if self.snapshots.in_progress else None  # once, not per note
-        active = self._active
         parts = change_parts(type_, key, table_change, partition, offset, version, timestamp,
                              moved_to=moved_to)
-        # Listeners without a converter share the projection (the new record): encode once.
-        last_value: Any = _MISSING
-        value_json = ""
-        send = self._notifier.send
-        for n in notes:
-            act = active.get(n.listener)
-            if act is None:
-                continue  # suspended by this very change
-            if snaps is not None and snaps.holds(n.listener, partition, ekey):
-                continue  # its snapshot chunk will announce the then current state
-            if n.value is not last_value:
-                last_value = n.value
-                value_json = encode_value(n.value)
-            send(act, n.kind, partition, ekey, parts, value_json)
-            self.live_sent += 1
+        self.live_sent += self._notifier.send_all(notes, self._active, snaps, partition, ekey, parts, self.refused)
 
     def after_commit(self) -> None:
         """Safe point: settle the journal, apply the registry, housekeeping, snapshot chunks."""
@@ -319,6 +306,7 @@ class ListenerRuntime:
             log.warning("listener %r not activated: %s", spec.name, exc)
             return
         self._active[spec.name] = Active.of(spec, topic, parts, self._ctx.room(topic))
+        self._refused.discard(topic)
         self._retype(spec, +1)
         for p in self._owned - self._waiting:
             self.snapshots.begin(spec, p)
@@ -359,18 +347,28 @@ class ListenerRuntime:
             self.expired += 1
 
     def _suspend_overrun(self) -> None:
+        self._suspend(self.listeners.take_overruns(), lambda n: overrun(self.listeners.stats(n), self.listeners.budget))
+
+    def refused(self, topic: str, error: Exception) -> bool:
+        """Kafka refused a notification to ``topic`` for good: the listeners writing there are
+        suspended here (True: the worker replays the transaction without them)."""
+        names = [n for n, a in self._active.items() if a.topic == topic]
+        if not names and topic not in self._refused:
+            return False  # not a listener's output (a handler's emit: the input record is to blame)
+        self._partitions.pop(topic, None)  # registered again: looked up (or created) again
+        self._refused.add(topic)
+        self._suspend(names, lambda n: output_refused(topic, error))
+        return True
+
+    def _suspend(self, names: Collection[str], reason_of: Callable[[str], str]) -> None:
         assert self._ctx is not None
-        for name in self.listeners.take_overruns():
+        for name in names:
             act = self._active.get(name)
-            if act is None:
-                continue
-            st = self.listeners.stats(name)
-            reason = (f"{st.overruns} evaluations over the budget of {self.listeners.budget * 1000:.0f} ms "
-                      f"of CPU per change (the longest took {st.longest * 1000:.0f} ms): simplify the "
-                      "filter or converter, then register it again")
-            self._deactivate(name, forget=False)
-            self._suspended.suspend(name, act.spec.created_at.isoformat(), reason, self._ctx.worker_id)
-            log.warning("listener %r suspended on this worker: %s", name, reason)
+            if act is not None:
+                reason = reason_of(name)
+                self._deactivate(name, forget=False)
+                self._suspended.suspend(name, act.spec.created_at.isoformat(), reason, self._ctx.worker_id)
+                log.warning("listener %r suspended on this worker: %s", name, reason)
 
     def _dead_letter(self, rec: RegistryRecord, error: str) -> None:
         assert self._ctx is not None
@@ -396,5 +394,4 @@ class ListenerRuntime:
         if n is None:
             return False
         parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
-        self._notifier.send(act, n.kind, p, ekey, parts, encode_value(n.value))
-        return True
+        return self._notifier.send_checked(act, n.kind, p, ekey, parts, encode_value(n.value), self.refused)

@@ -111,7 +111,9 @@ class Snapshots:
     def _chunk(self, k: _Key, budget: int, rows: Callable[[int, bytes | None], Iterator[tuple[bytes, Row]]],
                type_of: Callable[[str], str | None], announce: Announce, produce: Produce) -> None:
         name, p = k
-        st = self._open[k]
+        st = self._open.get(k)
+        if st is None:
+            return  # its listener was suspended by an earlier chunk (its output topic refused it)
         type_ = type_of(name)
         prefix = type_.encode() + b"/" if type_ else None
         cursor, sent, scanned, done = st.cursor, st.sent, 0, True
@@ -126,6 +128,8 @@ class Snapshots:
             if announce(name, p, ekey, row):
                 sent += 1
                 self.sent += 1
+            elif k not in self._open:
+                return  # suspended by this very announcement (listeners.runtime.refused)
         progress = Progress(name, p, st.instance, cursor, done, sent)
         if k not in self._undo:
             self._undo[k] = st

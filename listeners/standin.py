@@ -9,10 +9,11 @@ anything (records are applied with ``ListenerRuntime.apply_records``). For unit 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fifolane.errors import KafkaClientError, RecordRefusedError
 from fifolane.serde.entity import EntityType
 from services.worker.sink import Row
 
@@ -33,9 +34,18 @@ class StandInContext:
     #: committed rows per partition (``committed_rows`` reads them in key order)
     rows: dict[int, dict[bytes, Row]] = field(default_factory=dict)
     count: int = 0
+    #: topics whose records Kafka refuses at once, as for a deleted topic (tests)
+    refuse: set[str] = field(default_factory=set)
+    #: what the sink registered with :meth:`answer_refusals`
+    answer: Callable[[str, KafkaClientError], bool] | None = None
 
     def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
                 headers: Any = None) -> None:  # fmt: skip
+        if topic in self.refuse:
+            err = RecordRefusedError(f"produce to {topic}: Local: Unknown partition (_UNKNOWN_PARTITION)",
+                                     code="_UNKNOWN_PARTITION", refused=True)
+            err.topic = topic
+            raise err
         self.count += 1
         if self.keep:
             self.sent.append((topic, value, key, partition))
@@ -62,6 +72,9 @@ class StandInContext:
     def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
                     topic: str, partition: int, offset: int, reason: str, error: str) -> None:
         self.dead.append((key, value, topic, partition, offset, reason, error))
+
+    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+        self.answer = answer
 
 
 class QuietRegistry:

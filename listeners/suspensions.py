@@ -1,5 +1,6 @@
-"""Listeners suspended on this worker (their expressions over budget), and the status
-records that say so (``<name>/status/<worker>``, shown by ``fifolane listeners describe``).
+"""Listeners suspended on this worker (their expressions over budget, or their output topic
+refusing their notifications for good), and the status records that say so
+(``<name>/status/<worker>``, shown by ``fifolane listeners describe``).
 
 A suspension holds for the registration it was made for: registering the listener again (a
 new ``created_at``) lifts it. A status record is produced at the next safe point and produced
@@ -10,11 +11,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from listeners.plan import ListenerStats
 from listeners.registry_view import status_record
 
-__all__ = ["Suspensions"]
+__all__ = ["Suspensions", "output_refused", "overrun"]
 
 Produce = Callable[..., None]
+
+
+def overrun(stats: ListenerStats, budget: float) -> str:
+    """Why a listener whose expressions took too long is suspended."""
+    return (f"{stats.overruns} evaluations over the budget of {budget * 1000:.0f} ms of CPU per change (the "
+            "longest took {:.0f} ms): simplify the filter or converter, then register it again"
+            ).format(stats.longest * 1000)
+
+
+def output_refused(topic: str, error: object) -> str:
+    """Why a listener whose output topic refuses its notifications is suspended."""
+    return (f"Kafka refused its notifications to output topic {topic!r} ({error}): the topic was deleted, or "
+            "this worker may no longer write to it; create it (or grant WRITE), then register the listener again")
 
 
 class Suspensions:

@@ -14,6 +14,11 @@ the commits have passed that input, or the record is found, each successful tran
 doubles the limit again, up to the size of the first failed one; then the limit is lifted.
 While bisecting, the producer reports each record's delivery, so the log names the refused one.
 
+A refused record that no input record is to blame for is not bisected either: a cluster
+listener's notification to an output topic that was deleted, or that the worker may no
+longer write, suspends the listeners writing there (:attr:`Bisection.answer`,
+listeners.runtime), and the transaction is replayed without them.
+
 A record refused as too large is often refused because an operator lowered its topic's
 ``max.message.bytes`` after the worker read it. So first the limits are read again
 (``reread``, :meth:`services.worker.limits.Limits.refresh`): if one changed, the transaction is
@@ -41,6 +46,11 @@ Origin = tuple[str, int, int]
 Position = Callable[[str, int], "int | None"]
 
 
+def _own(exc: KafkaClientError) -> tuple[str, KafkaClientError] | None:
+    """The error with the topic it is about (an at-least-once flush raises the delivery report's own)."""
+    return (exc.topic, exc) if exc.topic is not None else None
+
+
 class Bisection:
     """The bisection state of one worker's transactions (see the module docstring)."""
 
@@ -53,6 +63,10 @@ class Bisection:
         self._goal = 0
         self._poisoned: dict[Origin, str] = {}
         self._settled: list[Origin] = []  # poisoned records dead-lettered in the open transaction
+        #: Whoever else answers for a refused record of a topic (the cluster listeners, for
+        #: their output topics): called with the topic and the error; True: it stopped producing
+        #: there, and the transaction is replayed as it was (no input record is to blame).
+        self.answer: Callable[[str, KafkaClientError], bool] | None = None
         #: (topic, partition) -> the end of the input failed transactions took, not yet found
         #: or committed past: the limit does not grow before (see the module docstring)
         self._ends: dict[tuple[str, int], int] = {}
@@ -86,6 +100,9 @@ class Bisection:
         if too_large and self._reread is not None and self._reread():
             log.warning("Kafka refused a record as too large%s, and a topic's limit changed: replaying "
                         "the transaction against the limits as they are now", where)
+        elif self.answer is not None and (culprit := failed or _own(exc)) is not None and self.answer(*culprit):
+            log.warning("Kafka refused a record%s, and what produced it stopped producing there: replaying "
+                        "the transaction without it", where)
         elif count <= 1 and last is not None:
             self._poisoned[last] = f"{exc.code}: {exc}{where}"
             self._ends.clear()  # found: the rest of that input may go faster again

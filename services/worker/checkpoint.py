@@ -92,7 +92,7 @@ class Checkpoint:
         self._stop = stop or threading.Event()
         self.sources: dict[str, Source] = {}
         self.is_open = False
-        self._bisection = Bisection(producer, reread_limits)  # reread_limits: see bisect.py
+        self.bisection = Bisection(producer, reread_limits)  # reread_limits: see bisect.py
         self.taken = 0  # input records taken into the open transaction
         #: per (topic, partition) of the commit under way: (offset committed, position)
         self._points: dict[tuple[str, int], tuple[int, int]] = {}
@@ -173,19 +173,19 @@ class Checkpoint:
 
     def room(self) -> int | None:
         """How many more input records this transaction may take (None: no limit)."""
-        return self._bisection.room(self.taken)
+        return self.bisection.room(self.taken)
 
     def poison_of(self, topic: str, partition: int, offset: int) -> str | None:
         """Why Kafka refused this input record's output, if it did (dead-lettered: :meth:`poison_settled`)."""
-        return self._bisection.poison_of((topic, partition, offset))
+        return self.bisection.poison_of((topic, partition, offset))
 
     def poison_settled(self, topic: str, partition: int, offset: int) -> None:
         """A poisoned record was dead-lettered in the open transaction."""
-        self._bisection.dead_lettered((topic, partition, offset))
+        self.bisection.dead_lettered((topic, partition, offset))
 
     @property
     def bisecting(self) -> bool:
-        return self._bisection.active
+        return self.bisection.active
 
     # -- commit --------------------------------------------------------------------------------
     def commit(self, group_metadata: Callable[[], Any] | None = None, wait: bool = True) -> Outcome:
@@ -263,7 +263,7 @@ class Checkpoint:
         self.is_open = False
         self._failures = 0
         self.taken = 0
-        self._bisection.committed(lambda topic, p: self.sources[topic].base.get(p) if topic in self.sources else None)
+        self.bisection.committed(lambda topic, p: self.sources[topic].base.get(p) if topic in self.sources else None)
         self.stats.committed()
 
     # -- failure -------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ class Checkpoint:
         self.stats.rolled_back()
         ends = {(s.topic, p): n for s in self.sources.values() for p, n in s.next.items()}  # before the rewind
         self._rewind()
-        self._bisection.failed(exc, count, self._last, ends)
+        self.bisection.failed(exc, count, self._last, ends)
         return outcome
 
     def _cause(self, exc: KafkaClientError) -> KafkaClientError:

@@ -88,6 +88,7 @@ class DeliveryReport:
             topic = msg.topic() or "?"
             log.error("delivery to %s[%s] failed: %s", topic, msg.partition(), err)
             mapped = map_error(err, f"delivery to {topic}")
+            mapped.topic = topic
             if self.failed is None or (_culprit(mapped) and not _culprit(self.failed[1])):
                 self.failed = (topic, mapped)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Protocol
 
+from fifolane.errors import KafkaClientError
 from fifolane.serde import SchemaCatalog
 from fifolane.serde.entity import EntityType
 from services.worker.checkpoint import Checkpoint
@@ -51,6 +52,12 @@ class SinkContext(Protocol):
                     topic: str, partition: int, offset: int, reason: str, error: str) -> None:
         """Send a record to the dead-letter topic (in the open transaction), with the reason
         and origin in headers (docs/formats.md), cut to fit if it is too large."""
+
+    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+        """When Kafka refuses a produced record for good (its topic deleted, not writable),
+        ``answer(topic, error)`` is asked first; True: the sink stopped producing to that
+        topic, and the transaction is replayed as it was instead of bisecting the input
+        for the record to blame (services.worker.bisect)."""
 
 
 class ChangeSink(Protocol):
@@ -134,3 +141,6 @@ class Context:
     def dead_letter(self, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]],
                     topic: str, partition: int, offset: int, reason: str, error: str) -> None:
         self._dead_letter(key, value, headers, topic, partition, offset, reason, error)
+
+    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+        self._ckpt.bisection.answer = answer

@@ -100,3 +100,33 @@ def test_a_partition_given_up_does_not_hold_the_limit_down() -> None:
     bisection.failed(exc, 8, ("in", 3, 9), {("in", 3): 10})
     bisection.committed(lambda t, p: None)  # partition 3 is not ours any more
     assert bisection.limit == 8
+
+
+def test_a_refusal_someone_else_answers_for_is_replayed_without_bisecting() -> None:
+    """A refused record no input record is to blame for (a listener's notification to a deleted
+    output topic): ``answer`` suspends what produced it, and the transaction is replayed as
+    it was: no limit, nothing poisoned. A refusal nobody answers for is bisected as before."""
+    refused = RecordRefusedError("delivery to out", code="UNKNOWN_TOPIC_OR_PART", refused=True)
+
+    class _Report:
+        def __init__(self) -> None:
+            self.failed: tuple[str, Any] | None = None
+
+        def take(self) -> tuple[str, Any] | None:
+            failed, self.failed = self.failed, None
+            return failed
+
+    class _Reporting(_Producer):
+        report = _Report()  # type: ignore[assignment]
+
+    producer = _Reporting()
+    bisection = Bisection(producer)  # type: ignore[arg-type]
+    asked: list[tuple[str, str]] = []
+    bisection.answer = lambda topic, exc: asked.append((topic, exc.code)) is None and topic == "out"
+    producer.report.failed = ("out", refused)
+    bisection.failed(refused, 1, ("in", 0, 7))
+    assert asked == [("out", "UNKNOWN_TOPIC_OR_PART")]
+    assert bisection.limit is None and bisection.poison_of(("in", 0, 7)) is None and not bisection.active
+    producer.report.failed = ("emitted", refused)  # a handler's output: its input record is to blame
+    bisection.failed(refused, 1, ("in", 0, 8))
+    assert bisection.poison_of(("in", 0, 8)) is not None

@@ -1,0 +1,73 @@
+"""A listener whose output topic Kafka refuses for good (no Kafka here; end to end:
+tests/integration/test_listener_output_refused.py). Refused at once by produce(), or later
+in a delivery report (the worker asks the sink through ``answer_refusals``): the listeners
+writing to that topic are suspended on this worker with the reason, the change's other
+notifications are sent, and a refusal on a topic no listener writes to is not the sink's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fifolane.config import PROJECT_ROOT, Settings
+from fifolane.errors import RecordRefusedError
+from fifolane.serde import SchemaCatalog, make_codec
+from listeners.follower import RegistryRecord
+from listeners.model import ListenerSpec
+from listeners.runtime import ListenerRuntime
+from listeners.standin import QuietRegistry, StandInContext
+from services.worker.state import Row
+
+
+def _runtime() -> tuple[ListenerRuntime, StandInContext, Any]:
+    settings = Settings()
+    codec = make_codec(settings, SchemaCatalog.load(PROJECT_ROOT / "schemas"))
+    ctx = StandInContext(codec)
+    rt = ListenerRuntime(settings, topic_partitions=lambda _t: 3, follower=QuietRegistry())  # type: ignore[arg-type]
+    rt.open(ctx)
+    rt.on_assign([0, 1, 2])
+    assert rt.ready()
+    specs = [ListenerSpec(name="a", filter="true", output_topic="out-a"),
+             ListenerSpec(name="a2", filter="true", output_topic="out-a"),
+             ListenerSpec(name="b", filter="true", output_topic="out-b")]
+    rt.apply_records([RegistryRecord(s.name, s.to_json(), i) for i, s in enumerate(specs)])
+    assert rt.names() == ["a", "a2", "b"] and ctx.answer is not None
+    return rt, ctx, codec
+
+
+def _change(rt: ListenerRuntime, codec: Any, i: int) -> None:
+    rec = {"reservation_id": f"R{i}", "flight_number": "F1", "customer_id": "c", "seats": 1, "amount": 1.0,
+           "state": "NEW", "version": 1}
+    rt.on_change(i % 3, i, 1000 + i, f"reservation/R{i}".encode(), None,
+                 Row(1, False, "F1", codec.encode("reservation", rec)), rec)
+
+
+def test_a_notification_refused_at_once_suspends_the_listeners_of_that_topic_only() -> None:
+    rt, ctx, codec = _runtime()
+    _change(rt, codec, 0)
+    ctx.refuse.add("out-a")
+    _change(rt, codec, 1)
+    _change(rt, codec, 2)
+    assert rt.names() == ["b"]
+    assert set(rt.suspended()) == {"a", "a2"} and "'out-a'" in rt.suspended()["a"]
+    sent = [(t, json.loads(v)["listener"], json.loads(v)["key"]) for t, v, _k, _p in ctx.sent if t != rt.settings.registry_topic]
+    assert sent == [("out-a", "a", "R0"), ("out-a", "a2", "R0"), ("out-b", "b", "R0"),
+                    ("out-b", "b", "R1"), ("out-b", "b", "R2")]
+    assert rt.live_sent == 5
+    rt.after_commit()  # the status records, at the safe point
+    statuses = [json.loads(v) for t, v, k, _p in ctx.sent if t == rt.settings.registry_topic and b"/status/" in k]
+    assert sorted((s["listener"], s["state"]) for s in statuses) == [("a", "suspended"), ("a2", "suspended")]
+    assert ctx.answer is not None
+    assert ctx.answer("out-a", RecordRefusedError("again", refused=True))  # its late delivery reports: ours
+    assert not ctx.answer("emitted-by-a-handler", RecordRefusedError("x", refused=True))
+    assert rt.names() == ["b"]
+
+
+def test_a_refusal_in_a_delivery_report_suspends_before_the_replay() -> None:
+    rt, ctx, codec = _runtime()
+    _change(rt, codec, 0)
+    assert ctx.answer is not None and ctx.answer("out-b", RecordRefusedError("delivery to out-b", refused=True))
+    rt.after_abort()
+    assert rt.names() == ["a", "a2"] and set(rt.suspended()) == {"b"}
+    _change(rt, codec, 0)  # the replay: b gets nothing
+    assert [json.loads(v)["listener"] for t, v, _k, _p in ctx.sent if t == "out-b"] == ["b"]  # the aborted one only
