@@ -106,6 +106,7 @@ class Notifier:
         last_value: Any = _MISSING
         value_json = ""
         sent = 0
+        send = self.send
         for n in notes:
             act = active.get(n.listener)
             if act is None:
@@ -115,5 +116,11 @@ class Notifier:
             if n.value is not last_value:
                 last_value = n.value
                 value_json = encode_value(n.value)
-            sent += self.send_checked(act, n.kind, partition, ekey, parts, value_json, refused)
+            try:  # (send_checked, inline: one call less per notification)
+                send(act, n.kind, partition, ekey, parts, value_json)
+            except KafkaClientError as exc:
+                if not (exc.refused and refused(act.topic, exc)):
+                    raise
+                continue
+            sent += 1
         return sent
