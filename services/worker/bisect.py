@@ -103,6 +103,9 @@ class Bisection:
         elif self.answer is not None and (culprit := failed or _own(exc)) is not None and self.answer(*culprit):
             log.warning("Kafka refused a record%s, and what produced it stopped producing there: replaying "
                         "the transaction without it", where)
+        elif count == 0:  # snapshots, housekeeping: nothing to bisect (the checkpoint backs off)
+            log.error("Kafka refused a record%s that no input record produced: retrying the transaction "
+                      "after a pause", where)
         elif count <= 1 and last is not None:
             self._poisoned[last] = f"{exc.code}: {exc}{where}"
             self._ends.clear()  # found: the rest of that input may go faster again

@@ -281,7 +281,7 @@ class Checkpoint:
                     "aborting the transaction" if self.eos else "records not delivered", exc)
         if self.eos and self.is_open:  # (partitions lost after a commit: nothing is open)
             exc = self._cause(exc)
-        if not exc.refused:  # a record Kafka refused: no backoff (see the module docstring)
+        if not exc.refused or not self.taken:  # refused: no backoff, unless no input is to blame (bisect.py)
             self._backoff()
         # A commit refused as a whole did not commit; a time-out or a fatal error during the
         # commit leaves it open. Group fencing (a rebalance we missed) means our partitions

@@ -130,3 +130,14 @@ def test_a_refusal_someone_else_answers_for_is_replayed_without_bisecting() -> N
     producer.report.failed = ("emitted", refused)  # a handler's output: its input record is to blame
     bisection.failed(refused, 1, ("in", 0, 8))
     assert bisection.poison_of(("in", 0, 8)) is not None
+
+
+def test_a_refusal_no_input_record_produced_is_not_bisected() -> None:
+    """A transaction of no input records (a snapshot chunk, housekeeping) whose record Kafka
+    refuses, and nobody answers for: nothing to narrow, no input record to blame. No limit
+    is set and nothing is poisoned (the checkpoint backs off before trying again)."""
+    bisection = Bisection(_Producer())  # type: ignore[arg-type]
+    refused = RecordRefusedError("delivery to registry", code="INVALID_RECORD", refused=True)
+    bisection.failed(refused, 0, None)
+    bisection.failed(refused, 0, ("in", 0, 3))
+    assert bisection.limit is None and bisection.poison_of(("in", 0, 3)) is None
