@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
@@ -61,9 +62,11 @@ class GroupAdmin:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._pending: dict[int, Future[Any]] = {}
+        self._due: dict[int, float] = {}  # question -> when its answer is overdue (the child hangs)
         self._ids = itertools.count(1)
         self.started = 0  # children started (the first one included)
         self.died: list[int] = []  # exit codes of children that ended while in use
+        self.slack = 5.0  # seconds past twice its request time-out that an answer is overdue
 
     # -- AdminClient's shape ---------------------------------------------------------------
     def describe_consumer_groups(self, groups: list[str], request_timeout: float = 10.0) -> dict[str, Future[Any]]:
@@ -78,6 +81,7 @@ class GroupAdmin:
         with self._lock:
             proc, self._proc = self._proc, None
             pending, self._pending = list(self._pending.values()), {}
+            self._due.clear()
         for future in pending:
             future.set_exception(KafkaException(KafkaError(KafkaError._DESTROY, "the group admin was closed")))
         if proc is None:
@@ -95,14 +99,23 @@ class GroupAdmin:
         future: Future[Any] = Future()
         with self._lock:
             rid = next(self._ids)
+            now = time.monotonic()
+            if self._proc is not None and any(due < now for due in self._due.values()):
+                # A question unanswered well past its request time-out: the child hangs (a
+                # librdkafka deadlock, a stopped process). Killed: its reader fails what it had.
+                log.warning("the group admin process has not answered for %.0f s: killing it", now - min(self._due.values()))
+                self._proc.kill()
+                self._proc.wait()
             try:
                 proc = self._child()
                 self._pending[rid] = future
+                self._due[rid] = now + 2 * timeout + self.slack
                 assert proc.stdin is not None
                 proc.stdin.write(json.dumps({"id": rid, "op": op, "name": name, "timeout": timeout}).encode() + b"\n")
                 proc.stdin.flush()
             except OSError as exc:  # the child is gone: the reader thread fails what it had
                 self._pending.pop(rid, None)
+                self._due.pop(rid, None)
                 future.set_exception(KafkaException(KafkaError(KafkaError._TRANSPORT,
                                                                f"the group admin process is gone: {exc}")))
         return future
@@ -133,6 +146,7 @@ class GroupAdmin:
                 continue
             with self._lock:
                 future = self._pending.pop(rid, None)
+                self._due.pop(rid, None)
             if future is None:
                 continue
             if "ok" in msg:
@@ -152,6 +166,7 @@ class GroupAdmin:
     def _fail_pending(self, code: int) -> None:
         """The child ended with ``code`` (lock held): what it had not answered fails."""
         pending, self._pending = list(self._pending.values()), {}
+        self._due.clear()
         self.died.append(code)
         why = " (SIGABRT: librdkafka#4605, a coordinator request's connection lost)" if code == -signal.SIGABRT else ""
         log.warning("the group admin process exited with code %s%s; %d question(s) unanswered, the next one "

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import ConsumerGroupState, KafkaException, TopicCollection
+from kafka_fixtures import wait_until
 
 from services.worker.group_admin import GroupAdmin, plain_config, serve
 
@@ -121,5 +122,24 @@ def test_a_future_is_what_callers_get() -> None:
     admin = _admin()
     try:
         assert isinstance(admin.describe_topics(["in"])["in"], Future)
+    finally:
+        admin.close()
+
+
+def test_a_child_that_hangs_is_killed_at_the_next_question_once_an_answer_is_overdue() -> None:
+    """A child that never answers (a librdkafka deadlock, a stopped process): once a question
+    is overdue (twice its request time-out, plus the slack), the next question kills it and
+    starts another; the overdue question fails."""
+    silent = "import sys\nfor line in sys.stdin: pass"
+    admin = GroupAdmin({}, command=[sys.executable, "-c", silent])
+    admin.slack = 0.0
+    try:
+        first = admin.describe_consumer_groups(["g"], request_timeout=0.05)["g"]
+        hung = admin._proc
+        wait_until(lambda: admin.describe_topics(["t"], request_timeout=60) and admin.started > 1,
+                   timeout=10, interval=0.05, message="the hung child was not replaced")
+        with pytest.raises(KafkaException, match="exited with code"):
+            first.result(1)
+        assert hung is not None and hung.returncode == -signal.SIGKILL and admin.died[0] == -signal.SIGKILL
     finally:
         admin.close()
