@@ -36,7 +36,7 @@ from functools import partial
 from typing import Any
 
 from fifolane.config import Settings
-from fifolane.errors import FifolaneError, ListenerError
+from fifolane.errors import FifolaneError, KafkaClientError, ListenerError
 from listeners.follower import RegistryFollower, RegistryRecord
 from listeners.hints import Hints
 from listeners.journal import SeqJournal
@@ -48,7 +48,7 @@ from listeners.outputs import role_topic_problem
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
 from listeners.registry_view import Housekeeper, RegistryView
 from listeners.snapshots import Snapshots
-from listeners.suspensions import Suspensions, output_refused, overrun
+from listeners.suspensions import TOPIC_GONE, Suspensions, output_refused, overrun
 from services.worker.sink import Row, SinkContext
 
 __all__ = ["ListenerRuntime"]
@@ -95,7 +95,7 @@ class ListenerRuntime:
         self._typed: Counter[bytes] = Counter()  # active listeners per type
         self._leased: set[str] = set()  # active listeners with a lease (housekeeping reads them)
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
-        self._refused: set[str] = set()  # output topics whose listeners were suspended for a refusal
+        self._refused: set[str] = set()  # output topics whose listeners this transaction suspended
         self._next_housekeeping = 0.0
         self._verbose = True
         self.live_sent = self.expired = 0  # live notifications sent, expired leases seen
@@ -220,6 +220,7 @@ class ListenerRuntime:
         self.snapshots.commit()
         self._keeper.commit(self.view)
         self._suspended.commit()
+        self._refused.clear()
         records = self._follower.drain()
         if records:
             self._apply(records)
@@ -241,6 +242,7 @@ class ListenerRuntime:
         if self._keeper is not None:
             self._keeper.rollback()
         self._suspended.rollback()
+        self._refused.clear()
         if self._ctx is not None:  # the worker may have read the topics' limits again (Limits.refresh)
             resize(self._active.values(), self._ctx.room)
 
@@ -306,7 +308,6 @@ class ListenerRuntime:
             log.warning("listener %r not activated: %s", spec.name, exc)
             return
         self._active[spec.name] = Active.of(spec, topic, parts, self._ctx.room(topic))
-        self._refused.discard(topic)
         self._retype(spec, +1)
         for p in self._owned - self._waiting:
             self.snapshots.begin(spec, p)
@@ -349,12 +350,13 @@ class ListenerRuntime:
     def _suspend_overrun(self) -> None:
         self._suspend(self.listeners.take_overruns(), lambda n: overrun(self.listeners.stats(n), self.listeners.budget))
 
-    def refused(self, topic: str, error: Exception) -> bool:
-        """Kafka refused a notification to ``topic`` for good: the listeners writing there are
-        suspended here (True: the worker replays the transaction without them)."""
+    def refused(self, topic: str, error: KafkaClientError) -> bool:
+        """Kafka refused a record to ``topic``, gone or not writable: its listeners are suspended
+        here (True: replay without them). Later in that transaction its refusals are theirs;
+        after it, a handler's (False: the input record is to blame, services.worker.bisect)."""
         names = [n for n, a in self._active.items() if a.topic == topic]
-        if not names and topic not in self._refused:
-            return False  # not a listener's output (a handler's emit: the input record is to blame)
+        if error.code not in TOPIC_GONE or not (names or topic in self._refused):
+            return False  # not the topic's fault (too large, invalid), or not a listener's topic
         self._partitions.pop(topic, None)  # registered again: looked up (or created) again
         self._refused.add(topic)
         self._suspend(names, lambda n: output_refused(topic, error))

@@ -14,7 +14,10 @@ from collections.abc import Callable
 from listeners.plan import ListenerStats
 from listeners.registry_view import status_record
 
-__all__ = ["Suspensions", "output_refused", "overrun"]
+__all__ = ["TOPIC_GONE", "Suspensions", "output_refused", "overrun"]
+
+#: Kafka's refusals that mean the output topic is gone or not writable (not the record's fault)
+TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED"})
 
 Produce = Callable[..., None]
 
@@ -28,8 +31,9 @@ def overrun(stats: ListenerStats, budget: float) -> str:
 
 def output_refused(topic: str, error: object) -> str:
     """Why a listener whose output topic refuses its notifications is suspended."""
-    return (f"Kafka refused its notifications to output topic {topic!r} ({error}): the topic was deleted, or "
-            "this worker may no longer write to it; create it (or grant WRITE), then register the listener again")
+    return (f"Kafka refused its notifications to output topic {topic!r} ({error}): the topic was deleted (or "
+            "created again with fewer partitions), or this worker may no longer write to it; create it (or "
+            "grant WRITE), then register the listener again")
 
 
 class Suspensions:

@@ -121,6 +121,10 @@ def producer_config(opts: WorkerOptions, group_id: str) -> dict[str, Any]:
         "enable.idempotence": True,
         "acks": "all",
         "partitioner": "murmur2_random",
+        # A topic deleted under the worker (a listener's output, a handler's emit) is refused
+        # as unknown after 5 s, not after 30 (librdkafka's default, longer than an exactly-once
+        # record's time-out: its records timed out, retriably, for ever; listeners.runtime).
+        "topic.metadata.propagation.max.ms": 5000,
         **PRODUCER_BATCHING,
     }
     if opts.guarantee == "exactly-once":

@@ -13,7 +13,7 @@ TUNING_KEYS = frozenset({"fetch.wait.max.ms", "fetch.queue.backoff.ms", "fetch.m
                          "fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages",
                          "linger.ms", "batch.num.messages", "batch.size",
                          "queue.buffering.max.messages", "queue.buffering.max.kbytes",
-                         "compression.type", "socket.nagle.disable"})
+                         "compression.type", "socket.nagle.disable", "topic.metadata.propagation.max.ms"})
 
 
 def merged_config(base: dict[str, Any], conf: dict[str, Any]) -> dict[str, Any]:

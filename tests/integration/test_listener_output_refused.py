@@ -20,6 +20,7 @@ from fifolane.config import Settings
 from listeners.model import ListenerSpec
 from listeners.registry import read_registry, register
 from listeners.runtime import ListenerRuntime
+from services.worker import App, Event, GroupState
 
 pytestmark = pytest.mark.integration
 
@@ -87,3 +88,54 @@ def test_a_deleted_output_topic_suspends_its_listener_and_nothing_else(
     sides = _keys(settings, side, "side")
     assert (sides if guarantee == "exactly-once" else sorted(set(sides))) == sorted(f"C{i}" for i in range(10))
     assert len(read_table(settings)) == n + m + k
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_a_handler_emitting_to_the_deleted_topic_of_a_listener_has_its_events_dead_lettered(
+        settings: Settings, topics: Any, guarantee: str) -> None:
+    """The same deleted topic is a listener's output and where a handler emits (no automatic
+    topic creation, as on a production cluster). The listener is suspended; the events whose
+    handler emits there are dead-lettered as ``output-refused`` (their output cannot be
+    written), the others applied. (A refusal there answered for the suspended listener for
+    ever, and the worker replayed its transaction for ever.)"""
+    settings = settings.model_copy(update={"librdkafka": {
+        "allow.auto.create.topics": "false", "topic.metadata.propagation.max.ms": "1000"}})
+    admin = AdminClient(settings.kafka_config())
+    shared = f"{settings.input_topic}.shared"
+    for future in admin.create_topics([NewTopic(shared, 3, 1)]).values():
+        future.result(30)
+    app = App("emits-to-a-listener-topic")
+
+    @app.handler("reservation")
+    def handle(event: Event, state: GroupState) -> None:
+        assert event.value is not None
+        state.put("reservation", event.value)
+        if event.value["customer_id"] == "emits":
+            state.emit(shared, event.key, b"emitted")
+
+    def events(prefix: str, emitting: set[int], n: int) -> list[tuple[str, dict[str, Any], str]]:
+        return [("reservation", reservation(f"{prefix}{i}", f"F{i}", 1, customer="emits" if i in emitting else "c"),
+                 "upsert") for i in range(n)]
+
+    rt = ListenerRuntime(settings)
+    with WorkerThread(settings, app, worker_id="w-emit", listeners=rt, guarantee=guarantee) as w:
+        register(settings, ListenerSpec(name="side", filter="true", output_topic=shared))
+        wait_until(lambda: rt.names() == ["side"], message=lambda: str(rt.names()))
+        n = send_events(settings, events("A", {0, 1}, 6))
+        wait_until(lambda: w.stats.processed >= n and w.committed(), timeout=60, message=lambda: str(w.stats))
+        for future in admin.delete_topics([shared]).values():
+            future.result(30)
+        m = send_events(settings, events("B", {1, 4}, 6))
+        wait_until(lambda: w.stats.processed + w.stats.dead_lettered >= n + m and w.committed(),
+                   timeout=240, message=lambda: f"suspended {rt.suspended()} {w.stats}")
+        assert "side" in rt.suspended() and w.thread.is_alive()
+    rt.close()
+    assert dict(w.stats.dead_letter_reasons) == {"output-refused": 2}
+    dead = sorted(d["key"] for d in read_dlq(settings) if d["reason"] == "output-refused")
+    assert (dead if guarantee == "exactly-once" else sorted(set(dead))) == [b"F1", b"F4"]  # at least once
+    table = {k for k, (_v, rec) in read_table(settings).items() if rec is not None}
+    applied = {f"reservation/A{i}" for i in range(6)} | {f"reservation/B{i}" for i in (0, 2, 3, 5)}
+    if guarantee == "exactly-once":
+        assert table == applied
+    else:  # no transaction takes back what a refused batch delivered (README, "at-least-once")
+        assert applied <= table <= applied | {"reservation/B1", "reservation/B4"}

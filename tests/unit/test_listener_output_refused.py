@@ -54,20 +54,43 @@ def test_a_notification_refused_at_once_suspends_the_listeners_of_that_topic_onl
     assert sent == [("out-a", "a", "R0"), ("out-a", "a2", "R0"), ("out-b", "b", "R0"),
                     ("out-b", "b", "R1"), ("out-b", "b", "R2")]
     assert rt.live_sent == 5
+    assert ctx.answer is not None
+    # Delivery reports of a's earlier notifications, in the transaction that suspended it: its own.
+    assert ctx.answer("out-a", _gone("delivery to out-a"))
+    assert not ctx.answer("emitted-by-a-handler", _gone("x"))
     rt.after_commit()  # the status records, at the safe point
     statuses = [json.loads(v) for t, v, k, _p in ctx.sent if t == rt.settings.registry_topic and b"/status/" in k]
     assert sorted((s["listener"], s["state"]) for s in statuses) == [("a", "suspended"), ("a2", "suspended")]
-    assert ctx.answer is not None
-    assert ctx.answer("out-a", RecordRefusedError("again", refused=True))  # its late delivery reports: ours
-    assert not ctx.answer("emitted-by-a-handler", RecordRefusedError("x", refused=True))
+    # After it, nobody here writes to out-a: a refusal there is a handler's emit (its input is to blame).
+    assert not ctx.answer("out-a", _gone("delivery to out-a"))
     assert rt.names() == ["b"]
+
+
+def test_only_a_topic_that_is_gone_or_not_writable_suspends() -> None:
+    """A record too large or invalid for the topic is not the topic's fault: not answered (the
+    bisection finds its input record); the listeners stay."""
+    rt, ctx, _codec = _runtime()
+    assert ctx.answer is not None
+    for code in ("MSG_SIZE_TOO_LARGE", "INVALID_RECORD", "_INVALID_DIFFERENT_RECORD", "_INVALID_ARG"):
+        assert not ctx.answer("out-b", RecordRefusedError("delivery to out-b", code=code, refused=True))
+    assert rt.names() == ["a", "a2", "b"] and rt.suspended() == {}
+    for code in ("TOPIC_AUTHORIZATION_FAILED", "_UNKNOWN_TOPIC"):
+        rt, ctx, _codec = _runtime()
+        assert ctx.answer is not None and ctx.answer("out-b", RecordRefusedError("x", code=code, refused=True))
+        assert rt.names() == ["a", "a2"]
 
 
 def test_a_refusal_in_a_delivery_report_suspends_before_the_replay() -> None:
     rt, ctx, codec = _runtime()
     _change(rt, codec, 0)
-    assert ctx.answer is not None and ctx.answer("out-b", RecordRefusedError("delivery to out-b", refused=True))
+    assert ctx.answer is not None and ctx.answer("out-b", _gone("delivery to out-b"))
     rt.after_abort()
     assert rt.names() == ["a", "a2"] and set(rt.suspended()) == {"b"}
     _change(rt, codec, 0)  # the replay: b gets nothing
     assert [json.loads(v)["listener"] for t, v, _k, _p in ctx.sent if t == "out-b"] == ["b"]  # the aborted one only
+    # The replay fails again on out-b: a handler's emit there, not b's (b is suspended since the abort).
+    assert not ctx.answer("out-b", _gone("delivery to out-b"))
+
+
+def _gone(message: str) -> RecordRefusedError:
+    return RecordRefusedError(message, code="UNKNOWN_TOPIC_OR_PART", refused=True)
