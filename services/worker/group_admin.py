@@ -67,6 +67,7 @@ class GroupAdmin:
         self.started = 0  # children started (the first one included)
         self.died: list[int] = []  # exit codes of children that ended while in use
         self.slack = 5.0  # seconds past twice its request time-out that an answer is overdue
+        self._closed = False  # after close(), questions fail at once (no new child)
 
     # -- AdminClient's shape ---------------------------------------------------------------
     def describe_consumer_groups(self, groups: list[str], request_timeout: float = 10.0) -> dict[str, Future[Any]]:
@@ -77,8 +78,9 @@ class GroupAdmin:
         return {t: self._ask("topic", t, request_timeout) for t in names}
 
     def close(self) -> None:
-        """End the child now (its input closes, then a kill if it lingers)."""
+        """End the child now (its input closes, then a kill if it lingers); later questions fail."""
         with self._lock:
+            self._closed = True
             proc, self._proc = self._proc, None
             pending, self._pending = list(self._pending.values()), {}
             self._due.clear()
@@ -98,6 +100,9 @@ class GroupAdmin:
     def _ask(self, op: str, name: str, timeout: float) -> Future[Any]:
         future: Future[Any] = Future()
         with self._lock:
+            if self._closed:
+                future.set_exception(KafkaException(KafkaError(KafkaError._DESTROY, "the group admin was closed")))
+                return future
             rid = next(self._ids)
             now = time.monotonic()
             if self._proc is not None and any(due < now for due in self._due.values()):

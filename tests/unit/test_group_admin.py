@@ -99,6 +99,10 @@ def test_close_ends_the_child_and_fails_what_it_had_not_answered() -> None:
     with pytest.raises(KafkaException, match="closed"):
         future.result(1)
     assert admin.died == []  # closed, not died
+    late = admin.describe_consumer_groups(["g"])["g"]  # a refresh that raced the close: no new child
+    with pytest.raises(KafkaException, match="closed"):
+        late.result(1)
+    assert admin.started == 1 and admin._proc is None
 
 
 def test_only_plain_settings_go_to_the_child() -> None:

@@ -113,7 +113,8 @@ class Roster:
         self._replicas = standby_replicas
         self._interval = interval
         self._admin_client: AdminClient | None = None
-        self._groups: GroupAdmin | None = None  # the describes, in a child process (librdkafka#4605)
+        # the describes, in a child process (librdkafka#4605), started at the first one
+        self._groups = GroupAdmin({**kafka_conf, "client.id": "fifolane-query-roster"})
         self._urls: dict[str, str] = {}
         self._reader: Consumer | None = None
         self.routing = Routing(0, 0, standby_replicas=standby_replicas)
@@ -163,11 +164,9 @@ class Roster:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        self._groups.close()  # also while a refresh still waits for it (that one fails)
         if self._thread is None or not self._thread.is_alive():
             self._admin_client = None  # destroyed now, not at the interpreter's exit (fifolane.cli)
-            if self._groups is not None:
-                self._groups.close()
-                self._groups = None
 
     def refresh_soon(self) -> None:
         """Refresh now (a rebalance happened here)."""
@@ -192,8 +191,6 @@ class Roster:
         owners: dict[int, str] = {}
         dir_owners: dict[int, str] = {}
         members: list[str] = []
-        if self._groups is None:
-            self._groups = GroupAdmin({**self._conf, "client.id": "fifolane-query-roster"})
         desc = self._groups.describe_consumer_groups([self.group_id], request_timeout=10)[self.group_id].result(15)
         for m in desc.members:
             worker = m.client_id.removesuffix(_CONSUMER_SUFFIX)
