@@ -30,7 +30,7 @@ __all__ = ["Active", "Notifier", "resize"]
 
 Produce = Callable[..., None]
 #: Kafka refused a notification to this topic for good: True if its listeners are suspended
-Refused = Callable[[str, KafkaClientError], bool]
+Refused = Callable[[str | None, KafkaClientError], bool]
 _MISSING: Any = object()
 
 

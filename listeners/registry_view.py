@@ -66,6 +66,9 @@ class RegistryView:
         self.invalid: dict[str, Invalid] = {}
         #: invalid registrations already dead-lettered: name -> their registry offsets
         self.dead_lettered: dict[str, set[int]] = {}
+        #: (name, worker) -> (registration, reason) of the suspensions workers said (status
+        #: records): a worker restarted keeps the ones it made (listeners.suspensions)
+        self.suspended: dict[tuple[str, str], tuple[str, str]] = {}
 
     def apply(self, records: Iterable[RegistryRecord]) -> list[str]:
         """Fold records in (later win); the names whose registration changed, in order."""
@@ -77,7 +80,7 @@ class RegistryView:
                 continue
             sk = parse_status_key(rec.key)
             if sk is not None:
-                self._status(sk[0], rec)
+                self._status(sk, rec)
                 continue
             latest.pop(rec.key, None)  # keep registry order of the last records
             latest[rec.key] = rec
@@ -98,7 +101,9 @@ class RegistryView:
                 self.specs[name] = spec
         return list(latest)
 
-    def _status(self, name: str, rec: RegistryRecord) -> None:
+    def _status(self, key: tuple[str, str], rec: RegistryRecord) -> None:
+        name = key[0]
+        self.suspended.pop(key, None)
         if rec.value is None:
             return
         try:
@@ -106,6 +111,8 @@ class RegistryView:
         except RegistryRecordError as exc:
             log.warning("ignoring a malformed status record %r: %s", rec.key, exc)
             return
+        if status.state == "suspended":
+            self.suspended[key] = (status.instance, status.reason)
         marker = status.instance
         if status.state == "invalid" and marker.startswith("offset:") and marker[7:].isdigit():
             self.dead_lettered.setdefault(name, set()).add(int(marker[7:]))

@@ -45,10 +45,11 @@ from listeners.model import ListenerSpec
 from listeners.notifier import Active, Notifier, resize
 from listeners.notify import change_parts, encode_value
 from listeners.outputs import role_topic_problem
+from listeners.refusals import OutputRefusals, existing_topics
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
 from listeners.registry_view import Housekeeper, RegistryView
 from listeners.snapshots import Snapshots
-from listeners.suspensions import TOPIC_GONE, Suspensions, output_refused, overrun
+from listeners.suspensions import Suspensions, output_refused, overrun
 from services.worker.sink import Row, SinkContext
 
 __all__ = ["ListenerRuntime"]
@@ -85,7 +86,7 @@ class ListenerRuntime:
         self._keeper: Housekeeper | None = None
         self._hints: Hints | None = None
         self._active: dict[str, Active] = {}
-        self._suspended = Suspensions(settings.registry_topic)
+        self._suspended = Suspensions(settings.registry_topic, self.view.suspended)
         self._owned: set[int] = set()
         self._waiting: set[int] = set()  # assigned, snapshots not begun (registry not read yet)
         self._live = False
@@ -95,7 +96,7 @@ class ListenerRuntime:
         self._typed: Counter[bytes] = Counter()  # active listeners per type
         self._leased: set[str] = set()  # active listeners with a lease (housekeeping reads them)
         self._partitions: dict[str, int] = {}  # output topic -> partition count (cached)
-        self._refused: set[str] = set()  # output topics whose listeners this transaction suspended
+        self._refusals = OutputRefusals(lambda topics: existing_topics(settings, topics))
         self._next_housekeeping = 0.0
         self._verbose = True
         self.live_sent = self.expired = 0  # live notifications sent, expired leases seen
@@ -137,6 +138,7 @@ class ListenerRuntime:
                                    self._dead_letter, ctx.produce)
         self._hints = Hints(ctx.entity_type)
         ctx.answer_refusals(self.refused)
+        self._suspended.worker = ctx.worker_id
         if not self._follower.alive:
             self._follower.start()
         self._follower.mark()
@@ -220,7 +222,7 @@ class ListenerRuntime:
         self.snapshots.commit()
         self._keeper.commit(self.view)
         self._suspended.commit()
-        self._refused.clear()
+        self._refusals.settled()
         records = self._follower.drain()
         if records:
             self._apply(records)
@@ -242,7 +244,7 @@ class ListenerRuntime:
         if self._keeper is not None:
             self._keeper.rollback()
         self._suspended.rollback()
-        self._refused.clear()
+        self._refusals.settled()
         if self._ctx is not None:  # the worker may have read the topics' limits again (Limits.refresh)
             resize(self._active.values(), self._ctx.room)
 
@@ -258,8 +260,7 @@ class ListenerRuntime:
             "listener_notifications_too_large": self._notifier.too_large if self._notifier else 0,
             "listener_snapshots_pending": len(self.snapshots.pending),
             "listener_invalid_registrations": len(self.view.invalid),
-            "registry_follower_healthy": float(f.healthy and f.alive),
-            "registry_follower_restarts": f.restarts,
+            "registry_follower_healthy": float(f.healthy and f.alive), "registry_follower_restarts": f.restarts,
         }
 
     # -- registry ------------------------------------------------------------------------------
@@ -303,6 +304,7 @@ class ListenerRuntime:
             parts = self._partitions.get(topic)
             if parts is None:  # one metadata round trip per output topic, not per listener
                 parts = self._partitions[topic] = self.topic_partitions(topic)
+                self._ctx.refresh_topic(topic)  # the producer may have seen it deleted (refusals.py)
             self.listeners.add(spec)
         except FifolaneError as exc:  # invalid (from_json validated; be safe), or a missing topic
             log.warning("listener %r not activated: %s", spec.name, exc)
@@ -350,16 +352,15 @@ class ListenerRuntime:
     def _suspend_overrun(self) -> None:
         self._suspend(self.listeners.take_overruns(), lambda n: overrun(self.listeners.stats(n), self.listeners.budget))
 
-    def refused(self, topic: str, error: KafkaClientError) -> bool:
-        """Kafka refused a record to ``topic``, gone or not writable: its listeners are suspended
-        here (True: replay without them). Later in that transaction its refusals are theirs;
-        after it, a handler's (False: the input record is to blame, services.worker.bisect)."""
-        names = [n for n, a in self._active.items() if a.topic == topic]
-        if error.code not in TOPIC_GONE or not (names or topic in self._refused):
-            return False  # not the topic's fault (too large, invalid), or not a listener's topic
-        self._partitions.pop(topic, None)  # registered again: looked up (or created) again
-        self._refused.add(topic)
-        self._suspend(names, lambda n: output_refused(topic, error))
+    def refused(self, topic: str | None, error: KafkaClientError) -> bool:
+        """Kafka will not take a record to ``topic`` (None: records timed out): the listeners
+        writing where it is gone are suspended here (listeners.refusals). True: replay without them."""
+        names = self._refusals.names(topic, error, self._active)
+        if names is None:
+            return False
+        for name in names:
+            self._partitions.pop(self._active[name].topic, None)  # registered again: looked up again
+        self._suspend(names, lambda n: output_refused(self._active[n].topic, error))
         return True
 
     def _suspend(self, names: Collection[str], reason_of: Callable[[str], str]) -> None:

@@ -36,8 +36,10 @@ class StandInContext:
     count: int = 0
     #: topics whose records Kafka refuses at once, as for a deleted topic (tests)
     refuse: set[str] = field(default_factory=set)
+    #: topics whose metadata the sink asked to read again
+    refresh: list[str] = field(default_factory=list)
     #: what the sink registered with :meth:`answer_refusals`
-    answer: Callable[[str, KafkaClientError], bool] | None = None
+    answer: Callable[[str | None, KafkaClientError], bool] | None = None
 
     def produce(self, topic: str, value: Any, key: Any, partition: int = -1,
                 headers: Any = None) -> None:  # fmt: skip
@@ -73,7 +75,10 @@ class StandInContext:
                     topic: str, partition: int, offset: int, reason: str, error: str) -> None:
         self.dead.append((key, value, topic, partition, offset, reason, error))
 
-    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+    def refresh_topic(self, topic: str) -> None:
+        self.refresh.append(topic)
+
+    def answer_refusals(self, answer: Callable[[str | None, KafkaClientError], bool]) -> None:
         self.answer = answer
 
 

@@ -2,22 +2,22 @@
 refusing their notifications for good), and the status records that say so
 (``<name>/status/<worker>``, shown by ``fifolane listeners describe``).
 
-A suspension holds for the registration it was made for: registering the listener again (a
-new ``created_at``) lifts it. A status record is produced at the next safe point and produced
-again if its transaction aborts.
+A suspension holds for the registration it was made for, also after the worker restarts (its
+status record says so): registering the listener again (a new ``created_at``) lifts it. A
+status record is produced at the next safe point and produced again if its transaction aborts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 
 from listeners.plan import ListenerStats
 from listeners.registry_view import status_record
 
-__all__ = ["TOPIC_GONE", "Suspensions", "output_refused", "overrun"]
+__all__ = ["Suspensions", "output_refused", "overrun"]
 
-#: Kafka's refusals that mean the output topic is gone or not writable (not the record's fault)
-TOPIC_GONE = frozenset({"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED"})
+log = logging.getLogger(__name__)
 
 Produce = Callable[..., None]
 
@@ -39,8 +39,12 @@ def output_refused(topic: str, error: object) -> str:
 class Suspensions:
     """Suspended listeners of one worker and their pending status records."""
 
-    def __init__(self, registry_topic: str) -> None:
+    def __init__(self, registry_topic: str, said: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
         self._topic = registry_topic
+        #: (name, worker) -> (registration, reason): suspensions in the registry's status
+        #: records (RegistryView.suspended); this worker's own hold after it restarts
+        self._said = said if said is not None else {}
+        self.worker = ""  # this worker's id (set when the runtime opens)
         self._held: dict[str, tuple[str, str]] = {}  # name -> (registration, reason)
         self._out: list[tuple[bytes, bytes]] = []  # to produce at the next safe point
         self._sent: list[tuple[bytes, bytes]] = []  # produced, not yet committed
@@ -53,7 +57,11 @@ class Suspensions:
         """Whether ``name`` is suspended for this registration (a new one lifts it)."""
         held = self._held.get(name)
         if held is None:
-            return False
+            said = self._said.get((name, self.worker))
+            if said is None or said[0] != registration:
+                return False
+            self._held[name] = held = said  # said before this worker restarted: it still holds
+            log.info("listener %r stays suspended on this worker: %s", name, said[1])
         if held[0] != registration:
             del self._held[name]
             return False

@@ -64,9 +64,10 @@ class Bisection:
         self._poisoned: dict[Origin, str] = {}
         self._settled: list[Origin] = []  # poisoned records dead-lettered in the open transaction
         #: Whoever else answers for a refused record of a topic (the cluster listeners, for
-        #: their output topics): called with the topic and the error; True: it stopped producing
-        #: there, and the transaction is replayed as it was (no input record is to blame).
-        self.answer: Callable[[str, KafkaClientError], bool] | None = None
+        #: their output topics): called with the topic (None: records timed out, where is not
+        #: known) and the error; True: it stopped producing there, and the transaction is
+        #: replayed as it was (no input record is to blame).
+        self.answer: Callable[[str | None, KafkaClientError], bool] | None = None
         #: (topic, partition) -> the end of the input failed transactions took, not yet found
         #: or committed past: the limit does not grow before (see the module docstring)
         self._ends: dict[tuple[str, int], int] = {}
@@ -92,7 +93,10 @@ class Bisection:
         """A transaction of ``count`` input records (the last one ``last``; ``ends``: per
         partition, the offset after the input it took) aborted."""
         self._settled.clear()
-        if not exc.refused:
+        if not exc.refused:  # records timed out: maybe to a topic deleted meanwhile (listeners.refusals)
+            if self.answer is not None and self.answer(None, exc):
+                log.warning("records timed out (%s), and a topic they went to is gone: replaying the "
+                            "transaction without what produced there", exc)
             return
         failed = self._producer.report.take()
         where = f" (delivery to {failed[0]}: {failed[1]})" if failed is not None else ""

@@ -119,6 +119,14 @@ class TxnProducer:
                 err.topic = topic
                 raise err from exc
 
+    def refresh(self, topic: str, timeout: float = 5.0) -> None:
+        """Read ``topic``'s metadata again: librdkafka keeps a topic it saw deleted as unknown
+        (and refuses records to it at once) until its next refresh, minutes later."""
+        try:
+            self._producer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            log.info("metadata of %s not read again: %s", topic, exc)
+
     def report_each(self, on: bool) -> None:
         """Report every record's delivery (to find which record Kafka refuses)."""
         self._each = on

@@ -53,11 +53,16 @@ class SinkContext(Protocol):
         """Send a record to the dead-letter topic (in the open transaction), with the reason
         and origin in headers (docs/formats.md), cut to fit if it is too large."""
 
-    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+    def refresh_topic(self, topic: str) -> None:
+        """Make the worker's producer read ``topic``'s metadata again (a topic created again
+        after the producer saw it deleted)."""
+
+    def answer_refusals(self, answer: Callable[[str | None, KafkaClientError], bool]) -> None:
         """When Kafka refuses a produced record for good (its topic deleted, not writable),
-        ``answer(topic, error)`` is asked first; True: the sink stopped producing to that
-        topic, and the transaction is replayed as it was instead of bisecting the input
-        for the record to blame (services.worker.bisect)."""
+        ``answer(topic, error)`` is asked first (``topic`` None: records timed out, maybe to a
+        deleted topic); True: the sink stopped producing there, and the transaction is
+        replayed as it was instead of bisecting the input for the record to blame
+        (services.worker.bisect)."""
 
 
 class ChangeSink(Protocol):
@@ -142,5 +147,8 @@ class Context:
                     topic: str, partition: int, offset: int, reason: str, error: str) -> None:
         self._dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
-    def answer_refusals(self, answer: Callable[[str, KafkaClientError], bool]) -> None:
+    def refresh_topic(self, topic: str) -> None:
+        self._ckpt.producer.refresh(topic)
+
+    def answer_refusals(self, answer: Callable[[str | None, KafkaClientError], bool]) -> None:
         self._ckpt.bisection.answer = answer

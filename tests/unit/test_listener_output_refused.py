@@ -94,3 +94,56 @@ def test_a_refusal_in_a_delivery_report_suspends_before_the_replay() -> None:
 
 def _gone(message: str) -> RecordRefusedError:
     return RecordRefusedError(message, code="UNKNOWN_TOPIC_OR_PART", refused=True)
+
+
+def test_records_that_timed_out_look_the_listeners_topics_up_and_suspend_those_gone() -> None:
+    """Records to a topic deleted after the producer knew it time out (librdkafka retries them):
+    the transaction fails with a time-out and no topic (exactly-once has no per-record
+    reports). The listeners' topics are looked up; those writing to one that is gone are
+    suspended. A time-out with every topic there, or the cluster not answering, is nobody's."""
+    from listeners.refusals import OutputRefusals
+
+    rt, ctx, _codec = _runtime()
+    there: list[set[str] | None] = [{"out-a", "out-b"}]
+    asked: list[set[str]] = []
+
+    def exists(topics: Any) -> set[str] | None:
+        asked.append(set(topics))
+        return there[0]
+
+    rt._refusals = OutputRefusals(exists)
+    timed_out = RecordRefusedError("commit_transaction: 200 message(s) timed out", code="_TIMED_OUT")
+    assert ctx.answer is not None
+    assert not ctx.answer(None, timed_out)  # every topic there: a slow broker
+    there[0] = None
+    assert not ctx.answer(None, timed_out)  # the cluster does not say
+    assert not ctx.answer(None, _gone("x")) and len(asked) == 2  # not a time-out: no look-up
+    there[0] = {"out-b"}
+    assert ctx.answer(None, timed_out)
+    assert asked[-1] == {"out-a", "out-b"} and rt.names() == ["b"] and set(rt.suspended()) == {"a", "a2"}
+
+
+def test_a_suspension_holds_after_the_worker_restarts_and_a_new_registration_lifts_it() -> None:
+    """The status record a worker wrote when it suspended a listener is read back by the same
+    worker after a restart: the listener stays suspended there (the worker neither sends to
+    it nor creates its deleted topic again). Another worker's suspension does not hold here;
+    a new registration of the name lifts it. Activating a listener makes the producer read
+    its topic's metadata again (it may have seen the topic deleted)."""
+    rt, ctx, codec = _runtime()
+    assert ctx.refresh == ["out-a", "out-b"]  # once per output topic
+    ctx.refuse.add("out-a")
+    _change(rt, codec, 0)
+    rt.after_commit()
+    statuses = [RegistryRecord(k.decode(), v, 100 + i) for i, (t, v, k, _p) in enumerate(ctx.sent)
+                if t == rt.settings.registry_topic and b"/status/" in k]
+    assert len(statuses) == 2
+    settings = rt.settings
+    registrations = [RegistryRecord(n, s.to_json(), i) for i, (n, s) in enumerate(sorted(rt.view.specs.items()))]
+    for worker_id, suspended in (("standin", {"a", "a2"}), ("another-worker", set())):
+        again = ListenerRuntime(settings, topic_partitions=lambda _t: 3, follower=QuietRegistry())  # type: ignore[arg-type]
+        again.open(StandInContext(codec, worker_id=worker_id))
+        again.apply_records(registrations + statuses)
+        assert set(again.suspended()) == suspended and set(again.names()) == {"a", "a2", "b"} - suspended
+    renewed = ListenerSpec(name="a", filter="true", output_topic="out-a")  # a new created_at
+    again.apply_records([RegistryRecord("a", renewed.to_json(), 200)])
+    assert set(again.names()) == {"a", "a2", "b"}
