@@ -1,7 +1,7 @@
 """services.worker.group_admin: the group describes answered by a child process, so that a
 librdkafka abort there (librdkafka#4605) costs one answer, not the worker. The children here
 are small scripts speaking the same JSON lines; the real child against a real broker is in
-tests/integration/test_group_admin.py."""
+tests/integration/test_group_admin_live.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A listener whose output topic Kafka refuses for good (no Kafka here; end to end:
-tests/integration/test_listener_output_refused.py). Refused at once by produce(), or later
+tests/integration/test_deleted_output_topics.py). Refused at once by produce(), or later
 in a delivery report (the worker asks the sink through ``answer_refusals``): the listeners
 writing to that topic are suspended on this worker with the reason, the change's other
 notifications are sent, and a refusal on a topic no listener writes to is not the sink's."""
