@@ -68,6 +68,7 @@ class GroupAdmin:
         self.died: list[int] = []  # exit codes of children that ended while in use
         self.slack = 5.0  # seconds past twice its request time-out that an answer is overdue
         self._closed = False  # after close(), questions fail at once (no new child)
+        self._reader: threading.Thread | None = None  # reads the current child's answers
 
     # -- AdminClient's shape ---------------------------------------------------------------
     def describe_consumer_groups(self, groups: list[str], request_timeout: float = 10.0) -> dict[str, Future[Any]]:
@@ -95,6 +96,8 @@ class GroupAdmin:
         except (OSError, subprocess.TimeoutExpired):
             proc.kill()
             proc.wait()
+        if self._reader is not None:
+            self._reader.join(5)  # it ends with the child's output: no thread outlives close()
 
     # -- the parent's side -----------------------------------------------------------------
     def _ask(self, op: str, name: str, timeout: float) -> Future[Any]:
@@ -137,7 +140,8 @@ class GroupAdmin:
         proc.stdin.flush()
         self._proc = proc
         self.started += 1
-        threading.Thread(target=self._read, args=(proc,), name="group-admin-reader", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(proc,), name="group-admin-reader", daemon=True)
+        self._reader.start()
         return proc
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:

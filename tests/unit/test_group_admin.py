@@ -9,6 +9,7 @@ import io
 import json
 import signal
 import sys
+import threading
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -147,3 +148,11 @@ def test_a_child_that_hangs_is_killed_at_the_next_question_once_an_answer_is_ove
         assert hung is not None and hung.returncode == -signal.SIGKILL and admin.died[0] == -signal.SIGKILL
     finally:
         admin.close()
+
+
+def test_no_thread_outlives_close() -> None:
+    before = {t.ident for t in threading.enumerate()}
+    admin = _admin()
+    admin.describe_consumer_groups(["g"])["g"].result(20)
+    admin.close()
+    assert [t.name for t in threading.enumerate() if t.ident not in before] == []
