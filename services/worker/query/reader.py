@@ -274,7 +274,11 @@ class Reader:
         """The request, answered by the worker's own endpoint: method, path, query, body and
         the headers that matter go there, its status, body and headers come back."""
         assert self.session is not None
-        if not self.upstream:
+        for _ in range(40):  # a reader (re)started listens before the worker tells it where it is: 2 s
+            if self.upstream:
+                break
+            await asyncio.sleep(0.05)
+        else:
             return json_response("unavailable", {"status": "unavailable", "error": "the worker is starting: retry"})
         headers = {k: v for k, v in req.headers.items() if k.lower() in _FORWARDED}
         try:
