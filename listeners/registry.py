@@ -36,6 +36,7 @@ from fifolane.access import KafkaAccess, principal_of
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
 from fifolane.produce import DEFAULT_DELIVERY_TIMEOUT_S
+from fifolane.serde.catalog import SchemaCatalog
 from fifolane.topics import create_topic
 from listeners.follower import registry_consumer
 from listeners.model import ListenerSpec
@@ -50,6 +51,7 @@ from listeners.registry_records import (
     status_key,
 )
 from listeners.registry_state import RegistryRecord, RegistryState
+from listeners.validate import check_registration, load_catalog
 
 __all__ = [
     "ListenerStatus",
@@ -214,8 +216,15 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
         )
 
 
-def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> ListenerSpec:
+def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
+             catalog: SchemaCatalog | None = None) -> ListenerSpec:
     """Register ``spec``; return what is registered (with the registering ``principal``).
+
+    First, before the cluster is asked anything, a listener that can never work is refused
+    (:func:`listeners.validate.check_registration`, against ``catalog``, by default the
+    entity schemas of ``settings.schemas_dir``): an unknown ``type`` (ListenerError), a
+    filter or converter reading fields the type does not have or with static type errors
+    (ExpressionError, with the position).
 
     Registering the same definition again is a no-op (returns the existing registration),
     unless a worker suspended it: then it is registered anew, which lifts the suspension. A
@@ -226,6 +235,9 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False) -> L
     if missing. A wrong password or a missing permission is a clear error, raised before
     anything is written (``ConfigError``, ``ListenerError``).
     """
+    if spec.type is not None and catalog is None:
+        catalog = load_catalog(settings)
+    check_registration(spec, catalog)
     access = KafkaAccess(settings.kafka_config())
     check_registry_access(settings, access)
     ensure_registry_topic(settings)

@@ -70,8 +70,10 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
         _expression_error(exc, what)
     except ListenerError as exc:
         _fail(f"error: {exc}")
-    try:
+    try:  # refused before anything is written if it can never work (listeners.validate)
         done = register(_settings(), spec, replace=replace)
+    except ExpressionError as exc:
+        _expression_error(exc, "converter" if convert is not None and exc.expression == convert else "filter")
     except ListenerError as exc:
         _fail(f"error: {exc}")
     state = "registered" if done.created_at == spec.created_at else "already registered (same definition)"

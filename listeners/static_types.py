@@ -1,0 +1,99 @@
+"""Static types of listener expressions, from the entity type's Avro schema (registration only).
+
+:func:`avro_type` turns a (fastavro-parsed) Avro schema into a :class:`T`; the checker
+(:mod:`listeners.typecheck`) infers the type of every part of an expression from it. Only
+what is certain gets a type: a union of several non-null types, a named-type reference, a
+logical type (dates, timestamps, decimals, UUIDs) and anything this module does not know are
+``dyn``, and ``dyn`` is accepted everywhere. A nullable field (a union with ``null``) has the
+type of its other member, marked ``nullable``.
+
+How a decoded Avro value reaches CEL: ``int``/``long`` are CEL ``int``, ``float``/``double``
+``double``, ``string`` and ``enum`` ``string``, ``bytes``/``fixed`` ``bytes``, ``boolean``
+``bool``, ``array`` a list, ``map`` a map with string keys, a nested ``record`` a map whose
+keys are its field names (reading another one is a ``KeyError`` at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+__all__ = ["BOOL", "DYN", "INT", "NULL", "STRING", "T", "avro_type", "meta_type"]
+
+
+@dataclass(frozen=True, slots=True)
+class T:
+    """A static type: ``kind`` is one of int, uint, double, string, bytes, bool, null, list,
+    map, record, timestamp, duration, type, dyn. ``fields``: a record's fields; ``elem``: a
+    list's element or a map's value type; ``name``: a record's type name (for messages)."""
+
+    kind: str
+    fields: Mapping[str, T] | None = None
+    elem: T | None = None
+    nullable: bool = False
+    name: str = ""
+
+    @property
+    def known(self) -> bool:
+        """True unless the type is ``dyn`` (then nothing is refused about it)."""
+        return self.kind != "dyn"
+
+    def describe(self) -> str:
+        """``double``, ``list of string``, ``record Reservation``, ``double or null``..."""
+        if self.kind == "record":
+            text = f"record {self.name}" if self.name else "record"
+        elif self.kind in ("list", "map") and self.elem is not None and self.elem.known:
+            text = f"{self.kind} of {self.elem.describe()}"
+        else:
+            text = self.kind
+        return f"{text} or null" if self.nullable else text
+
+
+DYN = T("dyn")
+NULL = T("null")
+BOOL = T("bool")
+INT = T("int")
+STRING = T("string")
+
+_PRIMITIVES = {"null": NULL, "boolean": BOOL, "int": INT, "long": INT, "float": T("double"),
+               "double": T("double"), "bytes": T("bytes"), "string": STRING}  # fmt: skip
+
+
+def avro_type(schema: Any, depth: int = 0) -> T:
+    """The static type of values decoded with ``schema`` (``dyn`` when not certain)."""
+    if depth > 32:  # a deeply nested schema: stop looking (dyn accepts everything)
+        return DYN
+    if isinstance(schema, str):
+        return _PRIMITIVES.get(schema, DYN)  # another name: a named-type reference
+    if isinstance(schema, list):
+        members = [avro_type(s, depth + 1) for s in schema]
+        others = [m for m in members if m.kind != "null"]
+        if len(others) == 1:
+            return replace(others[0], nullable=len(members) > 1)
+        return NULL if not others else DYN
+    if not isinstance(schema, dict) or "logicalType" in schema:
+        return DYN
+    kind = schema.get("type")
+    if kind in ("record", "error"):
+        fields: dict[str, T] = {}
+        for f in schema.get("fields") or ():
+            if isinstance(f, dict) and isinstance(f.get("name"), str):
+                fields[f["name"]] = avro_type(f.get("type"), depth + 1)
+        name = schema.get("name")
+        return T("record", fields, name=name.rpartition(".")[2] if isinstance(name, str) else "")
+    if kind == "enum":
+        return STRING
+    if kind == "fixed":
+        return T("bytes")
+    if kind == "array":
+        return T("list", elem=avro_type(schema.get("items"), depth + 1))
+    if kind == "map":
+        return T("map", elem=avro_type(schema.get("values"), depth + 1))
+    return avro_type(kind, depth + 1) if isinstance(kind, (str, list)) else DYN
+
+
+def meta_type() -> T:
+    """``meta``: what :class:`listeners.contexts.Contexts` builds (offset is null in snapshots)."""
+    return T("record", {"partition": INT, "offset": replace(INT, nullable=True), "timestamp": INT,
+                        "version": INT, "type": STRING}, name="meta")  # fmt: skip
