@@ -60,14 +60,18 @@ _PRIMITIVES = {"null": NULL, "boolean": BOOL, "int": INT, "long": INT, "float": 
                "double": T("double"), "bytes": T("bytes"), "string": STRING}  # fmt: skip
 
 
-def avro_type(schema: Any, depth: int = 0) -> T:
-    """The static type of values decoded with ``schema`` (``dyn`` when not certain)."""
+def avro_type(schema: Any, depth: int = 0, named: dict[str, T] | None = None) -> T:
+    """The static type of values decoded with ``schema`` (``dyn`` when not certain).
+
+    ``named``: the named types (records, enums, fixed) seen so far, by short and full name,
+    for later references to them; a record's reference to itself is ``dyn``."""
+    named = {} if named is None else named
     if depth > 32:  # a deeply nested schema: stop looking (dyn accepts everything)
         return DYN
     if isinstance(schema, str):
-        return _PRIMITIVES.get(schema, DYN)  # another name: a named-type reference
+        return _PRIMITIVES.get(schema) or named.get(schema, DYN)
     if isinstance(schema, list):
-        members = [avro_type(s, depth + 1) for s in schema]
+        members = [avro_type(s, depth + 1, named) for s in schema]
         others = [m for m in members if m.kind != "null"]
         if len(others) == 1:
             return replace(others[0], nullable=len(members) > 1)
@@ -75,22 +79,26 @@ def avro_type(schema: Any, depth: int = 0) -> T:
     if not isinstance(schema, dict) or "logicalType" in schema:
         return DYN
     kind = schema.get("type")
-    if kind in ("record", "error"):
-        fields: dict[str, T] = {}
-        for f in schema.get("fields") or ():
-            if isinstance(f, dict) and isinstance(f.get("name"), str):
-                fields[f["name"]] = avro_type(f.get("type"), depth + 1)
-        name = schema.get("name")
-        return T("record", fields, name=name.rpartition(".")[2] if isinstance(name, str) else "")
-    if kind == "enum":
-        return STRING
-    if kind == "fixed":
-        return T("bytes")
+    if kind in ("record", "error", "enum", "fixed"):
+        if kind in ("record", "error"):
+            fields: dict[str, T] = {}
+            for f in schema.get("fields") or ():
+                if isinstance(f, dict) and isinstance(f.get("name"), str):
+                    fields[f["name"]] = avro_type(f.get("type"), depth + 1, named)
+            t = T("record", fields, name=str(schema.get("name", "")).rpartition(".")[2])
+        else:
+            t = STRING if kind == "enum" else T("bytes")
+        name, space = schema.get("name"), schema.get("namespace")
+        if isinstance(name, str):
+            short = name.rpartition(".")[2]
+            named[short] = DYN if short in named else t  # a short name of two types: unsure
+            named[name if "." in name or not isinstance(space, str) else f"{space}.{name}"] = t
+        return t
     if kind == "array":
-        return T("list", elem=avro_type(schema.get("items"), depth + 1))
+        return T("list", elem=avro_type(schema.get("items"), depth + 1, named))
     if kind == "map":
-        return T("map", elem=avro_type(schema.get("values"), depth + 1))
-    return avro_type(kind, depth + 1) if isinstance(kind, (str, list)) else DYN
+        return T("map", elem=avro_type(schema.get("values"), depth + 1, named))
+    return avro_type(kind, depth + 1, named) if isinstance(kind, (str, list)) else DYN
 
 
 def meta_type() -> T:
