@@ -48,6 +48,7 @@ from listeners.plan import (
     Needs,
     Plan,
     Plans,
+    count_error,
 )
 
 __all__ = ["KINDS", "Change", "ListenerLike", "ListenerSet", "ListenerStats", "Notification"]
@@ -98,6 +99,8 @@ class ListenerSet:
         self.budget = budget
         #: names of listeners whose evaluation overran the budget since the last :meth:`take_overruns`
         self.overruns: set[str] = set()
+        #: names of listeners with evaluation errors since the last :meth:`take_failing`
+        self.failing: set[str] = set()
         #: CEL filter runs (indexed pure equalities do not count), converter runs, changes seen.
         self.evaluations = 0
         self.conversions = 0
@@ -131,6 +134,18 @@ class ListenerSet:
         """The listeners over budget since the last call."""
         out, self.overruns = self.overruns, set()
         return out
+
+    def take_failing(self) -> set[str]:
+        """The listeners whose evaluations failed since the last call."""
+        out, self.failing = self.failing, set()
+        return out
+
+    def converter_failed(self, name: str, message: str) -> None:
+        """A projection made by ``name``'s converter could not be sent: its error, not a notification."""
+        if name in self._plans:
+            st = self.stats(name)
+            st.notifications -= 1
+            count_error(self._plans.listener(name), message, self.failing)
 
     # -- matching ------------------------------------------------------------------------------
     def match(self, change: Change) -> list[Notification]:
@@ -289,7 +304,7 @@ class ListenerSet:
             if not result:
                 return None
         except EvaluationError as exc:
-            _count_error(lst, exc)
+            count_error(lst, str(exc), self.failing)
             return None
         out: list[Notification] = []
         self._emit(lst, "created", ctx, out)
@@ -310,7 +325,7 @@ class ListenerSet:
         except EvaluationError as exc:
             for lst in f.listeners.values():
                 if lst.type is None or lst.type == type_:
-                    _count_error(lst, exc)
+                    count_error(lst, str(exc), self.failing)
             return False
 
     def _timed(self, run: Callable[[Any], Any], arg: Any, owners: Any) -> Any:
@@ -365,7 +380,7 @@ class ListenerSet:
                 try:
                     projection = self._timed(lst.converter.project, ctx.converter(kind), (lst,))
                 except EvaluationError as exc:
-                    _count_error(lst, exc)
+                    count_error(lst, str(exc), self.failing)
                     return
         lst.stats.notifications += 1
         out.append(Notification(lst.name, kind, projection))
@@ -382,12 +397,3 @@ def _bucket(v: Any, buckets: dict[Any, dict[str, Filter]]) -> dict[str, Filter] 
 def _notification(fields: tuple[str, str, Mapping[str, Any] | None]) -> Notification:
     """``Notification(*fields)`` without the named tuple's Python-level ``__new__``."""
     return tuple.__new__(Notification, fields)
-
-
-def _count_error(lst: Listener, exc: EvaluationError) -> None:
-    st = lst.stats
-    st.errors += 1
-    st.last_error = str(exc)
-    if st.errors == 1 or st.errors % 10_000 == 0:  # the first, then now and then: not a line a change
-        log.warning("listener %r: evaluation failed (%d time(s) on this worker; the change is not "
-                    "notified), last: %s", lst.name, st.errors, exc)

@@ -8,7 +8,9 @@ control characters takes six bytes each) is replaced by a small one with a null 
 and ``"error": "too-large"`` (:func:`listeners.notify.too_large`): the change still reaches
 the listener, in order, and nothing stalls the worker. One that Kafka refuses at once (its
 topic deleted, not writable) goes to ``refused(topic, error)``, which suspends the listeners
-writing there (listeners.runtime); any other failure is the transaction's.
+writing there (listeners.runtime); any other failure is the transaction's. JSON has no NaN
+or Infinity: a converter's projection holding one is not sent and counts as an evaluation
+error of its listener (``failed``); an entity sent as it is has such a double as null.
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from typing import TYPE_CHECKING, Any
 from fifolane.errors import KafkaClientError
 from listeners.journal import SeqJournal
 from listeners.model import ListenerSpec
-from listeners.notify import HEADER_LISTENER, assemble, encode_value, listener_prefix, too_large
+from listeners.notify import (
+    HEADER_LISTENER,
+    NonFiniteError,
+    assemble,
+    encode_finite,
+    encode_value,
+    listener_prefix,
+    too_large,
+)
 
 if TYPE_CHECKING:
     from listeners.matcher import Notification
@@ -31,6 +41,8 @@ __all__ = ["Active", "Notifier", "resize"]
 Produce = Callable[..., None]
 #: Kafka refused a notification to this topic for good: True if its listeners are suspended
 Refused = Callable[[str | None, KafkaClientError], bool]
+#: A listener's projection cannot be sent: ``failed(name, message)`` counts it as its error
+Failed = Callable[[str, str], None]
 _MISSING: Any = object()
 
 
@@ -68,12 +80,26 @@ def resize(active: Iterable[Active], room: Callable[[str], int]) -> None:
 class Notifier:
     """Numbers and produces notifications (see the module docstring)."""
 
-    def __init__(self, journal: SeqJournal, produce: Produce) -> None:
+    def __init__(self, journal: SeqJournal, produce: Produce, failed: Failed | None = None) -> None:
         self.journal = journal
         self._number = journal.number
         self.produce = produce
+        self.failed = failed
         self.sent = 0
         self.too_large = 0
+
+    def encode(self, act: Active, value: Mapping[str, Any] | None) -> str | None:
+        """The JSON of a projection; None if a converter's projection holds a NaN or an
+        infinite double (reported to ``failed``: an evaluation error of the listener)."""
+        try:
+            return encode_value(value)
+        except NonFiniteError as exc:
+            if act.spec.convert is None:
+                return encode_finite(value)
+            if self.failed is not None:
+                self.failed(act.spec.name, f"converter {act.spec.convert!r} failed: {type(exc).__name__}: {exc}; "
+                                           "the change is not notified")  # fmt: skip
+            return None
 
     def send(self, act: Active, kind: str, partition: int, ekey: bytes, parts: tuple[str, str, str],
              value_json: str) -> None:
@@ -88,8 +114,12 @@ class Notifier:
         self.sent += 1
 
     def send_checked(self, act: Active, kind: str, partition: int, ekey: bytes, parts: tuple[str, str, str],
-                     value_json: str, refused: Refused) -> bool:
-        """:meth:`send`; False if Kafka refused it at once and ``refused`` took it."""
+                     value: Mapping[str, Any] | None, refused: Refused) -> bool:
+        """:meth:`send` of projection ``value``; False if it cannot be encoded (:meth:`encode`)
+        or Kafka refused it at once and ``refused`` took it."""
+        value_json = self.encode(act, value)
+        if value_json is None:
+            return False
         try:
             self.send(act, kind, partition, ekey, parts, value_json)
         except KafkaClientError as exc:
@@ -114,8 +144,15 @@ class Notifier:
             if snaps is not None and snaps.holds(n.listener, partition, ekey):
                 continue  # its snapshot chunk will announce the then current state
             if n.value is not last_value:
+                try:
+                    value_json = encode_value(n.value)
+                except NonFiniteError:
+                    encoded = self.encode(act, n.value)
+                    if encoded is None:
+                        last_value = _MISSING
+                        continue
+                    value_json = encoded
                 last_value = n.value
-                value_json = encode_value(n.value)
             try:  # (send_checked, inline: one call less per notification)
                 send(act, n.kind, partition, ekey, parts, value_json)
             except KafkaClientError as exc:

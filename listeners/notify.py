@@ -1,10 +1,16 @@
 """The notification record: JSON value per docs/formats.md, and a JSON encoder for the
-values CEL and Avro produce (date, datetime, timedelta, Decimal, UUID, bytes)."""
+values CEL and Avro produce (date, datetime, timedelta, Decimal, UUID, bytes).
+
+JSON has no NaN or Infinity, so the encoder refuses them (:class:`NonFiniteError`): a
+converter's projection holding one is an evaluation error of its listener
+(:meth:`listeners.notifier.Notifier.encode`); an entity sent as it is (no converter) has such
+a double written as null (:func:`encode_finite`)."""
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from datetime import date, datetime, time, timedelta
@@ -14,9 +20,11 @@ from typing import Any
 
 __all__ = [
     "HEADER_LISTENER",
+    "NonFiniteError",
     "assemble",
     "change_parts",
     "dumps",
+    "encode_finite",
     "encode_value",
     "listener_prefix",
     "notification",
@@ -45,7 +53,11 @@ def _default(o: Any) -> Any:
     raise TypeError(f"{type(o).__name__} is not JSON serialisable")
 
 
-_ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False)
+_ENCODER = json.JSONEncoder(default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class NonFiniteError(ValueError):
+    """A projection holds a NaN or an infinite double, which JSON cannot carry."""
 
 
 def dumps(obj: Any) -> bytes:
@@ -106,17 +118,59 @@ def _type_json(type_: str) -> str:
 #: The C encoder the standard library builds for ``_ENCODER.encode`` (same settings, so the
 #: same text), kept instead of built per call; without the circular-reference check (values
 #: are decoded records and CEL results: trees). None where the C accelerator is missing.
-_C_ENCODE = (c_make_encoder(None, _default, _str, None, ":", ",", False, False, True)
+_C_ENCODE = (c_make_encoder(None, _default, _str, None, ":", ",", False, False, False)
              if c_make_encoder is not None else None)
 
 
 def encode_value(value: Mapping[str, Any] | None) -> str:
     """The JSON text of a projection (once per projection, shared by its notifications):
     ``_ENCODER.encode(value)``, a dict (the common case: a decoded record, a converter's
-    projection) written by the standard library's C encoder without the Python wrapper."""
-    if type(value) is dict and _C_ENCODE is not None:
-        return "".join(_C_ENCODE(value, 0))
-    return _encode(value)
+    projection) written by the standard library's C encoder without the Python wrapper.
+
+    Raises :class:`NonFiniteError` (naming where) if it holds a NaN or an infinite double."""
+    try:
+        if type(value) is dict and _C_ENCODE is not None:
+            return "".join(_C_ENCODE(value, 0))
+        return _encode(value)
+    except ValueError as exc:
+        found = _non_finite(value, "")
+        if found is None:
+            raise
+        raise NonFiniteError(f"{found[0]} is {found[1]}, which JSON cannot carry") from exc
+
+
+def _non_finite(value: Any, path: str) -> tuple[str, float] | None:
+    """Where ``value`` holds a NaN or an infinite double (``["a"]["b"][2]``) and which; None
+    if nowhere."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "the projection", value)
+    if isinstance(value, Mapping):
+        items: Any = ((f"[{json.dumps(str(k), ensure_ascii=False)}]", v) for k, v in value.items())
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = ((f"[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for step, v in items:
+        found = _non_finite(v, path + step)
+        if found is not None:
+            return found
+    return None
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_finite(v) for v in value]
+    return value
+
+
+def encode_finite(value: Mapping[str, Any] | None) -> str:
+    """:func:`encode_value` with every NaN and infinite double written as null (for an entity
+    sent as it is: the data is what it is, and the change must still be notified)."""
+    return _encode(_finite(value))
 
 
 def assemble(prefix: str, kind: str, parts: tuple[str, str, str], value_json: str,

@@ -11,6 +11,7 @@ and the transition filters. Plans are cached until the set of listeners changes.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,10 @@ from listeners.expr import CompiledExpr, compile_converter, compile_filter
 from listeners.index import eq_key
 from listeners.native import SharedComparisons, shape_of
 
-__all__ = ["KINDS", "Filter", "General", "Known", "Listener", "ListenerLike", "ListenerStats", "Needs", "Plan", "Plans"]
+__all__ = ["KINDS", "Filter", "General", "Known", "Listener", "ListenerLike", "ListenerStats", "Needs", "Plan", "Plans",
+           "count_error"]
+
+log = logging.getLogger("listeners.matcher")  # where these warnings were always logged
 
 KINDS = frozenset({"created", "modified", "removed"})
 
@@ -62,6 +66,18 @@ class Listener:
         self.name, self.entry, self.converter = name, entry, converter
         self.kinds, self.type = kinds, type_
         self.stats = ListenerStats()
+
+
+def count_error(lst: Listener, message: str, failing: set[str]) -> None:
+    """A run-time evaluation error of ``lst``: counted, kept as its last error, its name added
+    to ``failing`` (the runtime reports it in a status record, rate-limited) and logged."""
+    st = lst.stats
+    st.errors += 1
+    st.last_error = message
+    failing.add(lst.name)
+    if st.errors == 1 or st.errors % 10_000 == 0:  # the first, then now and then: not a line a change
+        log.warning("listener %r: evaluation failed (%d time(s) on this worker; the change is not "
+                    "notified), last: %s", lst.name, st.errors, message)
 
 
 class Filter:

@@ -2,7 +2,8 @@
 
 - ``<name>/snapshot/<partition>``: :class:`Progress` of an include-current-state snapshot.
 - ``<name>/status/<worker>``: :class:`ListenerStatus`, what one worker did with a listener
-  (``suspended``: it stopped evaluating it, with the reason); a tombstone clears it.
+  (``suspended``: it stopped evaluating it, with the reason; ``failing``: its evaluations
+  fail there, with the count and the last error); a tombstone clears it.
 
 Listener names cannot contain ``/``, so these keys never clash with registrations (``<name>``).
 Both records may come from any writer: ``from_json`` raises only :class:`RegistryRecordError`
@@ -31,8 +32,9 @@ __all__ = [
 
 _SNAPSHOT = "/snapshot/"
 _STATUS = "/status/"
-#: The states a status record may report.
-STATUS_STATES = ("suspended", "invalid")
+#: The states a status record may report (``failing``: new in 0.4; older readers ignore such
+#: a record with a warning, as they do any status record they cannot read).
+STATUS_STATES = ("suspended", "invalid", "failing")
 
 
 class RegistryRecordError(ListenerError, ValueError):
@@ -140,7 +142,9 @@ class ListenerStatus:
     """What one worker did with one listener instance, e.g. suspended it (and why).
 
     ``instance`` is the registration's ``created_at`` (ISO): a status of an earlier instance
-    of the same name is stale. ``at`` is when the worker wrote it.
+    of the same name is stale. ``at`` is when the worker wrote it. ``errors`` (optional, of
+    ``failing``): the evaluation errors of this instance on that worker since it started
+    evaluating it; ``reason`` is then the last error.
     """
 
     listener: str
@@ -149,13 +153,17 @@ class ListenerStatus:
     reason: str
     instance: str
     at: datetime
+    errors: int | None = None
 
     def to_json(self) -> bytes:
         """The registry record value."""
-        return json.dumps({
+        d: dict[str, Any] = {
             "listener": self.listener, "worker": self.worker, "state": self.state,
             "reason": self.reason, "instance": self.instance, "at": self.at.isoformat(),
-        }, separators=(",", ":")).encode()  # fmt: skip
+        }  # fmt: skip
+        if self.errors is not None:
+            d["errors"] = self.errors
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ListenerStatus:
@@ -173,9 +181,12 @@ class ListenerStatus:
             at = None
         if at is None:
             raise RegistryRecordError(f"{what} record: 'at' must be an ISO-8601 timestamp")
+        errors = d.get("errors")
+        if errors is not None and (not isinstance(errors, int) or isinstance(errors, bool) or errors < 0):
+            raise RegistryRecordError(f"{what} record: 'errors' must be a count (an int, not negative)")
         return cls(_field(d, "listener", str, what), _field(d, "worker", str, what), state,
                    _field(d, "reason", str, what), _field(d, "instance", str, what),
-                   at if at.tzinfo else at.replace(tzinfo=UTC))  # fmt: skip
+                   at if at.tzinfo else at.replace(tzinfo=UTC), errors)  # fmt: skip
 
     def is_for(self, created_at: datetime) -> bool:
         """True if this status is about the registration instance created at ``created_at``."""

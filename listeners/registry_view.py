@@ -6,8 +6,8 @@ Records by key (docs/formats.md, "Listener registry"):
   whatever is wrong with it, is an *invalid registration*: never active, dead-lettered once
   (reason ``invalid-listener``) by the housekeeper (:class:`Housekeeper`);
 - ``<name>/snapshot/<partition>``: include-current-state progress;
-- ``<name>/status/<worker>``: what a worker says of the listener (suspended, or an invalid
-  registration it dead-lettered).
+- ``<name>/status/<worker>``: what a worker says of the listener (suspended, failing, or an
+  invalid registration it dead-lettered).
 
 Workers never delete registrations: an expired lease makes a listener inactive on every
 worker at once, and it stays listed (expired) until it is renewed or removed. (A worker's
@@ -40,9 +40,10 @@ log = logging.getLogger(__name__)
 Produce = Callable[..., None]
 
 
-def status_record(name: str, worker: str, state: str, reason: str, instance: str) -> tuple[bytes, bytes]:
+def status_record(name: str, worker: str, state: str, reason: str, instance: str,
+                  errors: int | None = None) -> tuple[bytes, bytes]:
     """Key and value of a ``<name>/status/<worker>`` record (:class:`ListenerStatus`)."""
-    status = ListenerStatus(name, worker, state, reason[:2000], instance, datetime.now(UTC))
+    status = ListenerStatus(name, worker, state, reason[:2000], instance, datetime.now(UTC), errors)
     return status_key(name, worker).encode(), status.to_json()
 
 

@@ -18,11 +18,11 @@ wires these parts, each in its own module:
 - :class:`listeners.registry_view.Housekeeper`: the worker owning input partition 0
   dead-letters invalid registrations, once.
 
-A listener whose filter or converter takes longer than its budget for one change (a CEL
-evaluation over ``budget`` seconds), or whose output topic Kafka refuses its notifications for
-(deleted, or no longer writable), is suspended on this worker: it stops receiving notifications
-here, the worker and the other listeners go on, and a status record (``<name>/status/<worker>``)
-says why, shown by ``fifolane listeners describe``. Registering it again lifts the suspension.
+A listener whose expressions overrun their budget (a CEL evaluation over ``budget`` s), or whose
+output topic Kafka refuses its notifications for (deleted, not writable), is suspended on this
+worker: the worker and the others go on; a status record (``<name>/status/<worker>``, shown by
+`listeners describe`) says why. Registering it again lifts it. One whose evaluations fail is
+reported ``failing`` there (listeners.failures), at most every few seconds.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from listeners.journal import SeqJournal
 from listeners.matcher import BUDGET_S, Change, ListenerSet, ListenerStats
 from listeners.model import ListenerSpec
 from listeners.notifier import Active, Notifier, resize
-from listeners.notify import change_parts, encode_value
+from listeners.notify import change_parts
 from listeners.outputs import role_topic_problem
 from listeners.refusals import OutputRefusals, existing_topics
 from listeners.registry import ensure_output_topic, ensure_registry_topic, same_definition
@@ -86,7 +86,7 @@ class ListenerRuntime:
         self._keeper: Housekeeper | None = None
         self._hints: Hints | None = None
         self._active: dict[str, Active] = {}
-        self._suspended = Suspensions(settings.registry_topic, self.view.suspended)
+        self._suspended = Suspensions(settings.registry_topic, self.view.suspended, self.listeners, self._active)
         self._owned: set[int] = set()
         self._waiting: set[int] = set()  # assigned, snapshots not begun (registry not read yet)
         self._live = False
@@ -133,7 +133,7 @@ class ListenerRuntime:
     # -- the sink (services.worker.sink.ChangeSink) --------------------------------------------
     def open(self, ctx: SinkContext) -> None:
         self._ctx = ctx
-        self._notifier = Notifier(self.journal, ctx.produce)
+        self._notifier = Notifier(self.journal, ctx.produce, self.listeners.converter_failed)
         self._keeper = Housekeeper(self.settings.registry_topic, self.settings.dlq_topic, ctx.worker_id,
                                    self._dead_letter, ctx.produce)
         self._hints = Hints(ctx.entity_type)
@@ -397,4 +397,4 @@ class ListenerRuntime:
         if n is None:
             return False
         parts = change_parts(type_, key, None, p, None, row.version, now, snapshot=True)
-        return self._notifier.send_checked(act, n.kind, p, ekey, parts, encode_value(n.value), self.refused)
+        return self._notifier.send_checked(act, n.kind, p, ekey, parts, n.value, self.refused)

@@ -5,15 +5,23 @@ refusing their notifications for good), and the status records that say so
 A suspension holds for the registration it was made for, also after the worker restarts (its
 status record says so): registering the listener again (a new ``created_at``) lifts it. A
 status record is produced at the next safe point and produced again if its transaction aborts.
+The ``failing`` status records (:mod:`listeners.failures`) go out at the same safe points,
+before the suspensions (a suspension's record is the last word on its listener).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
+from listeners.failures import FailureReports
 from listeners.plan import ListenerStats
 from listeners.registry_view import status_record
+
+if TYPE_CHECKING:
+    from listeners.matcher import ListenerSet
+    from listeners.notifier import Active
 
 __all__ = ["Suspensions", "output_refused", "overrun"]
 
@@ -39,8 +47,11 @@ def output_refused(topic: str, error: object) -> str:
 class Suspensions:
     """Suspended listeners of one worker and their pending status records."""
 
-    def __init__(self, registry_topic: str, said: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> None:
+    def __init__(self, registry_topic: str, said: Mapping[tuple[str, str], tuple[str, str]] | None = None,
+                 listeners: ListenerSet | None = None, active: Mapping[str, Active] | None = None) -> None:
         self._topic = registry_topic
+        #: the failing listeners' status records (of ``listeners``' errors, for the ``active`` ones)
+        self.reports = FailureReports(listeners, active if active is not None else {}) if listeners is not None else None
         #: (name, worker) -> (registration, reason): suspensions in the registry's status
         #: records (RegistryView.suspended); this worker's own hold after it restarts
         self._said = said if said is not None else {}
@@ -75,13 +86,19 @@ class Suspensions:
 
     # -- the status records, at safe points -----------------------------------------------------
     def flush(self, produce: Produce) -> None:
+        if self.reports is not None:
+            self.reports.flush(self._topic, self.worker, produce)
         for key, value in self._out:
             produce(self._topic, value, key, 0)
         self._sent, self._out = self._out, []
 
     def commit(self) -> None:
         self._sent.clear()
+        if self.reports is not None:
+            self.reports.commit()
 
     def rollback(self) -> None:
         self._out = self._sent + self._out
         self._sent = []
+        if self.reports is not None:
+            self.reports.rollback()

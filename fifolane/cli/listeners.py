@@ -81,15 +81,27 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
     click.echo(f"listener {name!r} {state}{by}; output topic {done.topic(_settings())}")
 
 
-def _state(spec: Any, suspensions: list[Any], now: datetime) -> str:
-    """The state column: active, expired, suspended on N worker(s)."""
-    if suspensions:
-        return f"suspended on {len(suspensions)} worker(s)"
-    return "expired" if spec.is_expired(now) else "active"
+def _state(spec: Any, statuses: list[Any], now: datetime) -> str:
+    """The state column: active, expired, suspended on N worker(s), failing on N worker(s)
+    (active, but its evaluations fail there: see `describe`)."""
+    suspended = [s for s in statuses if s.state == "suspended"]
+    if suspended:
+        return f"suspended on {len(suspended)} worker(s)"
+    if spec.is_expired(now):
+        return "expired"
+    failing = [s for s in statuses if s.state == "failing"]
+    return f"failing on {len(failing)} worker(s)" if failing else "active"
 
 
-def _suspensions(suspensions: list[Any]) -> list[dict[str, str]]:
-    return [{"worker": s.worker, "since": s.at.isoformat(), "reason": s.reason} for s in suspensions]
+def _suspensions(statuses: list[Any]) -> list[dict[str, str]]:
+    return [{"worker": s.worker, "since": s.at.isoformat(), "reason": s.reason}
+            for s in statuses if s.state == "suspended"]  # fmt: skip
+
+
+def _failing(statuses: list[Any]) -> list[dict[str, Any]]:
+    """Workers whose evaluations of the listener fail: the count, the last error and when."""
+    return [{"worker": s.worker, "errors": s.errors, "last_error": s.reason, "at": s.at.isoformat()}
+            for s in statuses if s.state == "failing"]  # fmt: skip
 
 
 def _row(d: dict[str, Any]) -> str:
@@ -105,7 +117,8 @@ def _invalid_row(name: str, error: str) -> str:
 @listeners.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def list_(as_json: bool) -> None:
-    """List registered listeners: state (active, expired, suspended on N workers, invalid),
+    """List registered listeners: state (active, expired, suspended on N workers, failing on
+    N workers, invalid),
     filter, kinds and lease expiry. Invalid registrations are listed with their error."""
     from listeners.registry import read_registry
 
@@ -123,6 +136,7 @@ def list_(as_json: bool) -> None:
         d["expired"] = spec.is_expired(now)
         d["state"] = _state(spec, status.get(name, []), now)
         d["suspended"] = _suspensions(status.get(name, []))
+        d["failing"] = _failing(status.get(name, []))
         click.echo(json.dumps(d, sort_keys=True) if as_json else _row(d))
 
 
@@ -130,7 +144,8 @@ def list_(as_json: bool) -> None:
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True)
 def describe(name: str, as_json: bool) -> None:
-    """Show one listener's registration, its state and every worker's suspension of it.
+    """Show one listener's registration, its state, every worker's suspension of it and the
+    workers whose evaluations of it fail (error count and last error).
 
     Exit code 1 if the registration is invalid (its error is shown), 2 if there is none.
     """
@@ -147,21 +162,25 @@ def describe(name: str, as_json: bool) -> None:
     spec = state.listeners.get(name)
     if spec is None:
         _fail(f"error: unknown listener {name!r}: see `fifolane listeners list`")
-    suspensions = state.status.get(name, [])
+    statuses = state.status.get(name, [])
     now = datetime.now(UTC)
     d = spec.to_dict()
     d["output_topic"] = spec.topic(settings)
     d["expired"] = spec.is_expired(now)
-    d["state"] = _state(spec, suspensions, now)
-    d["suspended"] = _suspensions(suspensions)
+    d["state"] = _state(spec, statuses, now)
+    d["suspended"] = _suspensions(statuses)
+    d["failing"] = _failing(statuses)
     if as_json:
         click.echo(json.dumps(d, sort_keys=True))
         return
     for k in sorted(d):
-        if k != "suspended":
+        if k not in ("suspended", "failing"):
             click.echo(f"{k:<22} {d[k]}")
     for s in d["suspended"]:
         click.echo(f"{'suspended':<22} worker={s['worker']} since={s['since']} reason: {s['reason']}")
+    for f in d["failing"]:
+        click.echo(f"{'failing':<22} worker={f['worker']} errors={f['errors']} last at {f['at']}: "
+                   f"{f['last_error']}")  # fmt: skip
 
 
 @listeners.command("remove")

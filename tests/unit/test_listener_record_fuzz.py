@@ -125,7 +125,7 @@ def test_status_round_trip_and_keys() -> None:
     assert parse_progress_key("big/snapshot/2") == ("big", 2)
     for key in ("big/snapshot/²", "big/status/w/snapshot/1", "big/snapshot/-1"):
         assert parse_progress_key(key) is None, key
-    with pytest.raises(RegistryRecordError, match=r"unknown state 'paused' \(known: suspended, invalid\)"):
+    with pytest.raises(RegistryRecordError, match=r"unknown state 'paused' \(known: suspended, invalid, failing\)"):
         ListenerStatus.from_json(s.to_json().replace(b"suspended", b"paused"))
 
 

@@ -23,7 +23,7 @@ from listeners.notify import (
 
 VALUES: list[Any] = [
     {"a": 1, "b": 'x\u00e9"\n\x00', "c": 1.5, "d": None, "e": True, "f": False},
-    {"nan": float("nan"), "inf": float("inf"), "minus": -float("inf"), "text": "1:nan"},
+    {"big_double": 1e308, "tiny": 5e-324, "text": "1:nan"},
     {"day": datetime.date(2026, 1, 1), "at": datetime.datetime(2026, 1, 1, 2, 3),
      "price": decimal.Decimal("1.10"), "id": uuid.UUID(int=5), "raw": b"\x00\xff",
      "span": datetime.timedelta(seconds=90)},
