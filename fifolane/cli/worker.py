@@ -85,6 +85,8 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
 
     settings = load_settings()
     app = load_app(app_spec)
+    _check_port(metrics_host, metrics_port, "--metrics-port")
+    _check_port(query_host, query_port, "--query-port")
     opts = WorkerOptions(
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]
@@ -112,6 +114,31 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
         w.run()
     finally:  # nothing keeps the worker then: main() destroys the clients its parts still hold
         made.clear()
+
+
+def _check_port(host: str, port: int | None, flag: str) -> None:
+    """Refuse a port another process holds before the worker starts (rather than an OSError
+    traceback after it connected). Bound as the servers bind it, with SO_REUSEADDR, and let go."""
+    import errno
+    import socket
+
+    from fifolane.errors import ConfigError
+
+    if not port:  # None: no server; 0: any free port
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {port}: cannot bind address {host!r}: {exc}") from None
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            why = "is in use by another process" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc})"
+            raise ConfigError(f"{flag} {port}: port {port} on {host} {why}; choose another port with "
+                              f"{flag} (or stop what holds it)") from None
 
 
 def script(prog_name: str) -> None:

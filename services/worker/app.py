@@ -21,11 +21,13 @@ Event types without a handler get the built-in table handler: apply the upsert o
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from fifolane.errors import AppError
@@ -162,19 +164,49 @@ def load_app(spec: str | None) -> App:
     """Import ``module:attr`` (the ``--app`` option); None gives the table-only app.
 
     The module is looked up on ``sys.path`` and then in the current directory (an app next to
-    where the worker is started, like ``examples.flights`` in a checkout)."""
+    where the worker is started, like ``examples.flights`` in a checkout). A file path
+    (``examples/flights.py``) is taken as the module path it spells. A module or attribute
+    that is not there is an :class:`AppError` that says what to give instead."""
     if not spec:
         return App()
     module_name, _, attr = spec.partition(":")
+    attr = attr or "app"
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        module_name = _module_of_path(spec, module_name)
     try:
-        module = importlib.import_module(module_name)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module_name.startswith(exc.name) or os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name) or os.getcwd() in sys.path:
-            raise
-        sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_name)
-    app = getattr(module, attr or "app")
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the app itself imports a module that is missing: its traceback tells where
+        raise AppError(f"--app {spec}: no module named {exc.name!r} (looked on the Python path and in "
+                       f"{os.getcwd()}); give the app as MODULE:ATTR, e.g. examples.flights:app") from None
+    if not hasattr(module, attr):
+        apps = sorted(name for name, value in vars(module).items() if isinstance(value, App))
+        close = difflib.get_close_matches(attr, apps, n=1) or apps[:1]
+        hint = f"; did you mean {module_name}:{close[0]}?" if close else " (it defines no services.worker.App)"
+        raise AppError(f"--app {spec}: module {module_name} has no attribute {attr!r}{hint}")
+    app = getattr(module, attr)
     if not isinstance(app, App):
         raise AppError(f"--app {spec}: expected a services.worker.App, got {type(app).__name__}")
     return app
 
+
+def _module_of_path(spec: str, path: str) -> str:
+    """The module path of a ``.py`` file under the current directory (``examples/flights.py``
+    -> ``examples.flights``); AppError for a file outside it or not there."""
+    file = Path(path)
+    try:
+        rel = file.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        rel = None
+    if rel is None or file.suffix != ".py" or not file.is_file() \
+            or not all(part.isidentifier() for part in rel.with_suffix("").parts):
+        raise AppError(f"--app {spec}: give a module path like examples.flights:app, not a file path "
+                       f"(a .py file under the current directory is taken as its module path)")
+    return ".".join(rel.with_suffix("").parts)
