@@ -176,7 +176,12 @@ class Settings(BaseSettings):
 
     def kafka_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration: the one place where snake_case maps to dotted keys."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.resolved_bootstrap()}
+        # log_level 5 (notice): librdkafka's info lines stay out of the terminal, such as
+        # "BGQUEUE Purging 1 unserved events", which an admin client logs when it is destroyed
+        # right after an asynchronous request (describe configs or topics): its background
+        # thread is still returning from the result's callback when the destroy's wake-up
+        # arrives, and that wake-up is the one event left. FIFOLANE_LIBRDKAFKA can raise it.
+        conf: dict[str, Any] = {"bootstrap.servers": self.resolved_bootstrap(), "log_level": 5}
         mapping = {
             "security.protocol": self.security_protocol,
             "sasl.mechanism": self.sasl_mechanism,

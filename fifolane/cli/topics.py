@@ -6,6 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from fifolane.cli.connect import check_reachable
 from fifolane.config import load_settings
 from fifolane.topics import (
     DEFAULT_HISTORY_WINDOW_MS,
@@ -33,10 +34,17 @@ def topics() -> None:
               help="State topic min.compaction.lag.ms: how far back 'as of' views can reach.")
 @click.option("--timeout", type=float, default=30.0, show_default=True)
 def create(partitions: int | None, replication_factor: int | None, history_window_ms: int, timeout: float) -> None:
-    """Create the missing role topics; refuse existing ones with a wrong config (idempotent)."""
+    """Create the missing role topics; refuse existing ones with a wrong config (idempotent).
+
+    An existing input topic keeps its partition count, and the other topics follow it: a
+    count other than the configured one (--partitions, else FIFOLANE_PARTITIONS) is warned
+    about, since it is often a topic the brokers created on their own (a `fifolane produce`
+    before `topics create`, on brokers with auto.create.topics.enable) with 1 partition.
+    """
     if replication_factor == 0:
         raise click.BadParameter("must be >= 1, or -1 for the brokers' default", param_hint="--replication-factor")
     settings = load_settings()
+    check_reachable(settings)
     states = ensure_topics(
         settings, partitions, replication_factor, history_window_ms=history_window_ms, timeout=timeout
     )
@@ -47,6 +55,19 @@ def create(partitions: int | None, replication_factor: int | None, history_windo
         why = origin if state.created else ""
         click.echo(f"{verb} {role:<16} {state.name} ({state.partitions} partitions, "
                    f"replication {state.replication_factor}{why})")
+    made = states["input"]
+    configured = partitions or settings.partitions
+    if not made.created and made.partitions != configured:
+        followed = sorted(s.name for s in states.values() if s.created and s.partitions == made.partitions)
+        click.echo(
+            f"warning: the input topic {made.name} exists with {made.partitions} partition(s), not the "
+            f"configured {configured} (FIFOLANE_PARTITIONS)"
+            + (f", and {', '.join(followed)} were created with {made.partitions} to match it" if followed else "")
+            + f". A topic made by the brokers' automatic topic creation (a `fifolane produce` before "
+            f"`topics create`) has 1 partition: if it holds nothing you need, delete the topics and run "
+            f"`fifolane topics create` again. If {made.partitions} is what you want, say so with "
+            f"--partitions {made.partitions} (or FIFOLANE_PARTITIONS={made.partitions}).", err=True,
+        )
     brokers = broker_count(settings, timeout=timeout)
     thin = sorted(s.name for s in states.values() if s.replication_factor < min(brokers, 3))
     if thin:
@@ -62,6 +83,7 @@ def create(partitions: int | None, replication_factor: int | None, history_windo
 def describe(timeout: float) -> None:
     """Show each role's topic: name, partitions, replication and key configs."""
     settings = load_settings()
+    check_reachable(settings)
     table = Table(title=f"fifolane topics on {settings.resolved_bootstrap()}")
     for column in ("role", "topic", "partitions", "replication", "cleanup.policy",
                    "min.compaction.lag.ms", "delete.retention.ms", "min.insync.replicas"):

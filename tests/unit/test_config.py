@@ -116,6 +116,7 @@ def test_kafka_config_maps_to_librdkafka_keys() -> None:
     conf = s.kafka_config(**{"group.id": "g"})
     assert conf == {
         "bootstrap.servers": "b1:9092,b2:9092",
+        "log_level": 5,
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "PLAIN",
         "sasl.username": "user",
@@ -127,7 +128,14 @@ def test_kafka_config_maps_to_librdkafka_keys() -> None:
 
 
 def test_kafka_config_omits_unset_keys() -> None:
-    assert load_settings(bootstrap_servers="b:1").kafka_config() == {"bootstrap.servers": "b:1"}
+    assert load_settings(bootstrap_servers="b:1").kafka_config() == {"bootstrap.servers": "b:1", "log_level": 5}
+
+
+def test_librdkafka_info_lines_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # librdkafka's info lines (BGQUEUE "Purging 1 unserved events" at every admin client's end)
+    assert load_settings().kafka_config()["log_level"] == 5
+    monkeypatch.setenv("FIFOLANE_LIBRDKAFKA", json.dumps({"log_level": "7", "debug": "admin"}))
+    assert load_settings().kafka_config()["log_level"] == "7"
 
 
 def test_librdkafka_json_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
