@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import re
 import socket
@@ -34,6 +35,7 @@ from fifolane.serde import Codec, SchemaCatalog, make_codec
 __all__ = [
     "DEFAULT_DELIVERY_TIMEOUT_S",
     "DEFAULT_MESSAGE_MAX_BYTES",
+    "INTERRUPT_WAIT_S",
     "SEQ_BLOCK",
     "EventProducer",
     "ProduceReport",
@@ -59,6 +61,8 @@ _RECORD_OVERHEAD = 64
 _HEADER_OVERHEAD = 10
 # flush() waits this much beyond the delivery timeout for the last delivery reports.
 _FLUSH_MARGIN_S = 10.0
+#: After Ctrl-C, how long produce_lines waits for the records in flight to be acknowledged.
+INTERRUPT_WAIT_S = 5.0
 
 
 def default_source() -> str:
@@ -139,6 +143,26 @@ class SequenceAllocator:
             self._lock_fd = None
 
 
+def _ids(entity: Any, record: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """A record's group, key and version; ValidationError naming the first one missing."""
+    ids = entity.group_of(record), entity.key_of(record), entity.version_of(record)
+    for role, path, value in zip(("FIFO-group property", "entity key", "version"),
+                                 (entity.group_path, entity.key_path, entity.version_field), ids, strict=True):
+        if value is None:
+            raise ValidationError(f"field '{path}': missing (required: the {role})")
+    return ids
+
+
+def _finite(token: str) -> float:
+    """A JSON number as a float; NaN, Infinity and numbers beyond a double's range are
+    refused (JSON has no such numbers, and a NaN amount spoils every sum downstream)."""
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValidationError(f"invalid JSON: {token} is not a finite number (JSON has no NaN or "
+                              f"Infinity); use a number or null")
+    return value
+
+
 def _show(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -157,11 +181,17 @@ class ProduceReport:
     failed: list[tuple[int, str]] = field(default_factory=list)
     undelivered: list[tuple[int, str]] = field(default_factory=list)
     delivery_errors: list[str] = field(default_factory=list)
+    delivered: int = 0  # records the brokers acknowledged
+    #: Ctrl-C: lines from ``resume_line`` on are not known delivered (``delivered_beyond`` of
+    #: them were: partitions complete out of order); those before were delivered or reported.
+    interrupted: bool = False
+    resume_line: int | None = None
+    delivered_beyond: int = 0
 
     @property
     def ok(self) -> bool:
         """True when every line was valid and every record was delivered."""
-        return not self.failed and not self.undelivered and not self.delivery_errors
+        return not self.failed and not self.undelivered and not self.delivery_errors and not self.interrupted
 
 
 class EventProducer:
@@ -176,24 +206,15 @@ class EventProducer:
     plus a margin, so every record sent has an outcome when it returns.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        catalog: SchemaCatalog | None = None,
-        source: str | None = None,
-        *,
-        codec: Codec | None = None,
-        producer_config: Mapping[str, Any] | None = None,
-        kafka_producer: Any = None,
-    ) -> None:
+    def __init__(self, settings: Settings, catalog: SchemaCatalog | None = None, source: str | None = None,
+                 *, codec: Codec | None = None, producer_config: Mapping[str, Any] | None = None,
+                 kafka_producer: Any = None) -> None:
         self.settings = settings
         self.catalog = catalog or (codec.catalog if codec else SchemaCatalog.load(settings.schemas_dir))
         self.codec: Codec = codec or make_codec(settings, self.catalog)
         self.source = source or default_source()
         if not _SOURCE_RE.fullmatch(self.source):
-            raise ConfigError(
-                f"invalid source id {self.source!r}: use 1-128 letters, digits, '.', '_' or '-'"
-            )
+            raise ConfigError(f"invalid source id {self.source!r}: use 1-128 letters, digits, '.', '_' or '-'")
         self.topic = settings.input_topic
         self.delivered = 0
         self.delivery_errors: list[str] = []
@@ -230,9 +251,8 @@ class EventProducer:
     def __enter__(self) -> EventProducer:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     # -- sending -----------------------------------------------------------------------
@@ -245,12 +265,7 @@ class EventProducer:
         SerializationError when the record does not fit the schema.
         """
         entity = self.catalog.entity(type_name)
-        group, key, version = entity.group_of(record), entity.key_of(record), entity.version_of(record)
-        for role, path, value in (("FIFO-group property", entity.group_path, group),
-                                  ("entity key", entity.key_path, key),
-                                  ("version", entity.version_field, version)):
-            if value is None:
-                raise ValidationError(f"field '{path}': missing (required: the {role})")
+        group, key, version = _ids(entity, record)
         if op == "upsert":
             value_bytes = self.codec.encode(type_name, record)
         elif op == "delete":
@@ -259,10 +274,8 @@ class EventProducer:
             raise ValidationError(f"field 'op': expected 'upsert' or 'delete', got {_show(op)}")
         return self._send(str(group).encode(), value_bytes)
 
-    def send_raw(
-        self, key: bytes | None, value: bytes | None, headers: Headers | None = None,
-        *, source_headers: bool = True,
-    ) -> int | None:
+    def send_raw(self, key: bytes | None, value: bytes | None, headers: Headers | None = None,
+                 *, source_headers: bool = True) -> int | None:
         """Send bytes as they are (tests and demos inject malformed records this way).
 
         With ``source_headers`` the record gets this source's ``fifolane.source`` and
@@ -290,10 +303,8 @@ class EventProducer:
                 f"(FIFOLANE_LIBRDKAFKA) together with the input topic's max.message.bytes"
             )
 
-    def _send(
-        self, key: bytes | None, value: bytes | None, extra: Headers | None = None,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> int:
+    def _send(self, key: bytes | None, value: bytes | None, extra: Headers | None = None,
+              on_delivery: DeliveryCallback | None = None) -> int:
         self.check_size(key, value, extra)  # before a sequence number is taken
         seq = self._seq.next()
         headers: Headers = [(HEADER_SOURCE, self._source_header), (HEADER_SEQ, str(seq).encode())]
@@ -302,9 +313,8 @@ class EventProducer:
         self._produce(key, value, headers, on_delivery or self._on_delivery)
         return seq
 
-    def _produce(
-        self, key: bytes | None, value: bytes | None, headers: Headers, on_delivery: DeliveryCallback
-    ) -> None:
+    def _produce(self, key: bytes | None, value: bytes | None, headers: Headers,
+                 on_delivery: DeliveryCallback) -> None:
         while True:
             try:
                 self._producer.produce(self.topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
@@ -360,13 +370,8 @@ class EventProducer:
             self._seq.close()
 
     # -- JSON lines --------------------------------------------------------------------
-    def produce_lines(
-        self,
-        lines: Iterable[str | bytes],
-        type_name: str,
-        *,
-        on_error: Callable[[int, str], None] | None = None,
-    ) -> ProduceReport:
+    def produce_lines(self, lines: Iterable[str | bytes], type_name: str, *,
+                      on_error: Callable[[int, str], None] | None = None, skip: int = 0) -> ProduceReport:
         """Validate and send JSON lines (one event each, 1-based line numbers), then flush.
 
         A line may carry ``"op": "upsert"`` (default) or ``"delete"``; a delete needs only
@@ -374,12 +379,17 @@ class EventProducer:
         be sent (invalid UTF-8 or JSON, JSON nested too deeply, not valid for the schema, over
         ``message.max.bytes``, refused by the producer) is skipped and listed in ``failed``; a
         line sent but not acknowledged is listed in ``undelivered``. Both are passed to
-        ``on_error`` as soon as they are known; every other line is sent.
+        ``on_error`` as soon as they are known; every other line is sent. The first ``skip``
+        lines are not sent (a resumed run). Ctrl-C (KeyboardInterrupt) stops the sending: the
+        report says from which line on delivery is not known (``resume_line``).
         """
         entity = self.catalog.entity(type_name)
         report = ProduceReport()
         errors_before = len(self.delivery_errors)
         pending: set[int] = set()
+        delivered: set[int] = set()
+        stopping: list[bool] = []  # Ctrl-C: records dropped by the purge are counted, not reported
+        done = 0  # the last line handled (sent, skipped or reported)
 
         def fail(line_no: int, reason: str, into: list[tuple[int, str]]) -> None:
             into.append((line_no, reason))
@@ -388,50 +398,83 @@ class EventProducer:
 
         def reporter(line_no: int) -> DeliveryCallback:
             def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-                pending.discard(line_no)
                 if err is None:
                     self.delivered += 1
+                    delivered.add(line_no)
+                elif stopping:
+                    return  # purged after Ctrl-C: stays pending, not known delivered
+                pending.discard(line_no)
+                if err is None:
                     return
                 reason = f"not delivered: {self.delivery_reason(err)}"
                 self.delivery_errors.append(f"line {line_no}: {reason}")
                 fail(line_no, reason, report.undelivered)
             return on_delivery
 
-        for line_no, line in enumerate(lines, 1):
-            try:
-                text = line.decode("utf-8") if isinstance(line, bytes) else line
-            except UnicodeDecodeError as exc:
-                fail(line_no, f"not valid UTF-8 (byte {exc.start + 1} of the line); save the file as UTF-8",
-                     report.failed)
-                continue
-            if not text.strip():
-                continue
-            try:
-                key, value = self._encode_line(entity.name, text)
-                pending.add(line_no)
-                self._send(key, value, on_delivery=reporter(line_no))
-            except (ValidationError, SerializationError) as exc:
-                pending.discard(line_no)
-                fail(line_no, str(exc), report.failed)
-                continue
-            except KafkaException as exc:
-                pending.discard(line_no)
-                err = exc.args[0] if exc.args else exc
-                detail = err.str() if isinstance(err, KafkaError) else str(err)
-                fail(line_no, f"the producer refused the record: {detail}", report.failed)
-                continue
-            report.sent += 1
-        if self.flush():
-            wait = self.flush_timeout
-            for line_no in sorted(pending):
-                fail(line_no, f"not delivered: no delivery report within {wait:.0f}s; check the cluster "
-                              f"and send the line again", report.undelivered)  # fmt: skip
+        try:
+            for line_no, line in enumerate(lines, 1):
+                if line_no > skip:
+                    self._produce_line(entity.name, line_no, line, report, pending, reporter, fail)
+                done = line_no
+            if self.flush():
+                wait = self.flush_timeout
+                for line_no in sorted(pending):
+                    fail(line_no, f"not delivered: no delivery report within {wait:.0f}s; check the cluster "
+                                  f"and send the line again", report.undelivered)  # fmt: skip
+        except KeyboardInterrupt:
+            stopping.append(True)
+            self._stop_sending()
+            report.interrupted = True
+            # Known delivered: the lines before the first one sent and not acknowledged, not
+            # delivered, or not handled at all (skipped invalid lines were reported).
+            report.resume_line = min(pending | {n for n, _ in report.undelivered} | {done + 1})
+            report.delivered_beyond = sum(1 for n in delivered if n > report.resume_line)
+        report.delivered = len(delivered)
         report.delivery_errors = self.delivery_errors[errors_before:]
         return report
 
+    def _produce_line(self, type_name: str, line_no: int, line: str | bytes, report: ProduceReport,
+                      pending: set[int], reporter: Callable[[int], DeliveryCallback],
+                      fail: Callable[[int, str, list[tuple[int, str]]], None]) -> None:
+        try:
+            text = line.decode("utf-8") if isinstance(line, bytes) else line
+        except UnicodeDecodeError as exc:
+            fail(line_no, f"not valid UTF-8 (byte {exc.start + 1} of the line); save the file as UTF-8",
+                 report.failed)
+            return
+        if not text.strip():
+            return
+        try:
+            key, value = self._encode_line(type_name, text)
+            pending.add(line_no)
+            self._send(key, value, on_delivery=reporter(line_no))
+        except (ValidationError, SerializationError) as exc:
+            pending.discard(line_no)
+            return fail(line_no, str(exc), report.failed)
+        except KafkaException as exc:
+            pending.discard(line_no)
+            err = exc.args[0] if exc.args else exc
+            detail = err.str() if isinstance(err, KafkaError) else str(err)
+            return fail(line_no, f"the producer refused the record: {detail}", report.failed)
+        report.sent += 1
+
+    def _stop_sending(self) -> None:
+        """After Ctrl-C: drop what is not sent yet, give what is in flight a few seconds (a second
+        Ctrl-C cuts that short), then drop it too: :meth:`close` then has nothing to wait for."""
+        purge = getattr(self._producer, "purge", None)
+        try:
+            if purge is not None:
+                purge(in_queue=True, in_flight=False)
+            self._producer.flush(INTERRUPT_WAIT_S)
+        except KeyboardInterrupt:
+            pass
+        if purge is not None:
+            purge(in_queue=True, in_flight=True)
+        self._producer.poll(0)  # the purged records' reports
+
     def _encode_line(self, type_name: str, line: str) -> tuple[bytes, bytes]:
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_constant=_finite, parse_float=_finite)
         except json.JSONDecodeError as exc:
             raise ValidationError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
         except RecursionError:
@@ -446,13 +489,7 @@ class EventProducer:
         entity = self.catalog.types[type_name]
         if op == "upsert":
             record = entity.validate(obj)
-            group = entity.group_of(record)
-            for role, path, value in (("FIFO-group property", entity.group_path, group),
-                                      ("entity key", entity.key_path, entity.key_of(record)),
-                                      ("version", entity.version_field, entity.version_of(record))):
-                if value is None:
-                    raise ValidationError(f"field '{path}': missing (required: the {role})")
-            return str(group).encode(), self.codec.encode(type_name, record)
+            return str(_ids(entity, record)[0]).encode(), self.codec.encode(type_name, record)
         if op == "delete":
             delete = entity.delete_record(obj)
             value = self.codec.encode_delete(type_name, delete["key"], delete["group"], delete["version"])

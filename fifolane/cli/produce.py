@@ -10,8 +10,9 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
-from fifolane.config import load_settings
-from fifolane.errors import UnknownSchemaError
+from fifolane.cli.connect import LIBRDKAFKA_LOG, check_reachable
+from fifolane.config import Settings, load_settings
+from fifolane.errors import ConfigError, UnknownSchemaError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,7 +49,9 @@ def _with_progress(fh: IO[bytes], total: int | None, stack: ExitStack) -> tuple[
 @click.argument("type_name", metavar="TYPE")
 @click.argument("file", default="-", type=click.Path(dir_okay=False, allow_dash=True, path_type=str))
 @click.option("--source", help="Source id (sequence numbers are per source). Default: cli-<hostname>.")
-def produce(type_name: str, file: str, source: str | None) -> None:
+@click.option("--skip", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Do not send the first N lines (resume an interrupted run; line numbers still count them).")
+def produce(type_name: str, file: str, source: str | None, skip: int) -> None:
     """Send the JSON-lines events of FILE (or stdin) as TYPE events to the input topic.
 
     One event per line: the type's fields, plus "op": "upsert" (default) or "delete"
@@ -56,6 +59,9 @@ def produce(type_name: str, file: str, source: str | None) -> None:
     (invalid UTF-8 or JSON, not valid for the schema, too large for the producer) or that
     the brokers did not acknowledge is reported as "FILE: line N: reason" on stderr; the
     other lines are sent. The exit code is 1 if any line was not sent or not delivered.
+
+    The input topic must exist (`fifolane topics create`). Ctrl-C stops the sending and says
+    up to which line everything was delivered, and how to resume (--skip, exit code 130).
     """
     from fifolane.produce import EventProducer
     from fifolane.serde import SchemaCatalog
@@ -90,14 +96,40 @@ def produce(type_name: str, file: str, source: str | None) -> None:
             else:
                 click.echo(message, err=True)
 
-        producer = stack.enter_context(EventProducer(settings, catalog, source))
-        report = producer.produce_lines(lines, type_name, on_error=on_error)
+        _check_input_topic(settings)
+        producer = stack.enter_context(EventProducer(settings, catalog, source,
+                                                     producer_config={"logger": LIBRDKAFKA_LOG}))
+        report = producer.produce_lines(lines, type_name, on_error=on_error, skip=skip)
 
-    summary = f"sent {report.sent} {type_name} event(s) to {settings.input_topic} (source {producer.source})"
+    summary = (f"delivered {report.delivered} of {report.sent} {type_name} event(s) sent to "
+               f"{settings.input_topic} (source {producer.source})")
     if report.failed:
         summary += f"; {len(report.failed)} line(s) skipped, not sent (reported above)"
     if report.undelivered:
         summary += f"; {len(report.undelivered)} line(s) not delivered (reported above)"
     click.echo(summary, err=True)
+    if report.interrupted:
+        click.echo(_interrupted(report.resume_line or 1, report.delivered_beyond), err=True)
+        sys.exit(130)
     if not report.ok:
         sys.exit(1)
+
+
+def _check_input_topic(settings: Settings) -> None:
+    """Refuse to send before `fifolane topics create`: brokers with automatic topic creation
+    (the local dev cluster's) would otherwise make the input topic on the first record, with
+    1 partition and none of the other topics."""
+    if settings.input_topic not in check_reachable(settings):
+        raise ConfigError(
+            f"the input topic {settings.input_topic} does not exist on {settings.resolved_bootstrap()}: "
+            f"run `fifolane topics create` first (or set FIFOLANE_INPUT_TOPIC to the topic to use)"
+        )
+
+
+def _interrupted(resume: int, beyond: int) -> str:
+    """What an interrupted run delivered for sure, and how to go on."""
+    done = f"lines 1-{resume - 1} delivered (or reported above)" if resume > 1 else "no line known delivered"
+    later = (f"; {beyond} later line(s) were delivered too (partitions finish out of order): sending "
+             f"them again is harmless, workers drop a repeated version as superseded") if beyond else ""
+    what = f"resume with --skip {resume - 1}" if resume > 1 else "send the file again"
+    return f"interrupted: {done}{later}; {what}"
