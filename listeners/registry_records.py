@@ -32,7 +32,7 @@ __all__ = [
 
 _SNAPSHOT = "/snapshot/"
 _STATUS = "/status/"
-#: The states a status record may report (``failing``: new in 0.4; older readers ignore such
+#: The states a status record may report (``failing`` is the newest: older readers ignore such
 #: a record with a warning, as they do any status record they cannot read).
 STATUS_STATES = ("suspended", "invalid", "failing")
 
