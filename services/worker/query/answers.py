@@ -4,7 +4,9 @@
 (services/worker/query/server.py) only parses, waits and writes. Where the worker stands
 comes from a :class:`Local` (the query service; unit tests pass a fake):
 
-- a partition with a published view and active on this worker is answered from the view;
+- a partition with a published view and active on this worker is answered from the view,
+  unless the view is stale (its store holds commits whose position is not known:
+  services/worker/query/positions.py): then ``unavailable``, never an answer that misses them;
 - one this worker restores answers ``restoring`` with the restore's progress;
 - with ``stale=true`` a standby's view answers, with its lag;
 - any other partition answers ``moved`` with the owner the routing names (``unavailable``
@@ -91,12 +93,21 @@ class Answers:
     # -- routing -----------------------------------------------------------------------------
     def _where(self, p: int, routing: Routing, extra: dict[str, Any]) -> Answer:
         """The answer for a partition this worker cannot read: restoring, moved, unavailable."""
+        why = self.local.views.stale(p)
+        if why is not None and self.local.active(p):
+            return UNAVAILABLE, {"status": UNAVAILABLE, "partition": p, "owner": _member(self.local.me),
+                                 "error": f"this worker owns partition {p} but cannot read it up to date now: "
+                                          f"{why}; retry", **extra}
         progress = self.local.restoring(p)
         if progress is not None:
             done, total = progress
             return RESTORING, {"status": RESTORING, "partition": p, "owner": _member(self.local.me),
                                "progress": {"done": done, "total": total}, **extra}
         owner = routing.owner(p)
+        if owner is not None and owner.url is None and owner.worker != self.local.me.worker:
+            return UNAVAILABLE, {"status": UNAVAILABLE, "partition": p, "owner": _member(owner), "error": (
+                f"worker {owner.worker} owns partition {p} but publishes no query address (started without "
+                "--query-port?)"), **extra}
         if owner is None or owner.worker == self.local.me.worker or owner.url is None:
             return UNAVAILABLE, {"status": UNAVAILABLE, "partition": p, "owner": _member(owner),
                                  "error": "no worker serves this partition now (a rebalance?)", **extra}
@@ -105,7 +116,7 @@ class Answers:
     def _view(self, p: int, stale: bool) -> tuple[Views, View] | None:
         local = self.local
         view = local.views.get(p)
-        if view is not None and local.active(p):
+        if view is not None and local.active(p) and local.views.stale(p) is None:
             return local.views, view
         if stale:
             view = local.standby_views.get(p)

@@ -38,6 +38,8 @@ __all__ = ["MemberInfo", "Roster", "Routing", "standby_placement"]
 log = logging.getLogger(__name__)
 
 _CONSUMER_SUFFIX = "-consumer"
+#: how long refreshes may fail before the admin clients are made anew
+_RENEW_AFTER_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ class Roster:
         self._thread: threading.Thread | None = None
         self._listeners: list[Callable[[Routing], None]] = []
         self._refresh_now = threading.Event()
+        self.renewals = 0  # admin clients made anew (refreshes kept failing)
 
     @property
     def _admin(self) -> AdminClient:
@@ -174,13 +177,31 @@ class Roster:
 
     # -- the loop --------------------------------------------------------------------------
     def _run(self) -> None:
+        failing_since: float | None = None
         while not self._stop.is_set():
             try:
                 self.refresh()
+                failing_since = None
             except (KafkaException, OSError, ValueError) as exc:
                 log.info("routing not refreshed: %s", exc)
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                elif now - failing_since >= _RENEW_AFTER_S and not self._stop.is_set():
+                    self._renew()
+                    failing_since = now
             self._refresh_now.wait(self._interval)
             self._refresh_now.clear()
+
+    def _renew(self) -> None:
+        """New admin clients after refreshes that kept failing: librdkafka's (2.16) that lived
+        through a broker restart time out for good on group questions, and keep a stale
+        leader epoch (``test_query_outage``)."""
+        log.warning("routing not refreshed for %.0f s: making new admin clients", _RENEW_AFTER_S)
+        old, self._groups = self._groups, GroupAdmin({**self._conf, "client.id": "fifolane-query-roster"})
+        self._admin_client = None
+        old.close()
+        self.renewals += 1
 
     def refresh(self) -> Routing:
         self._read_members()

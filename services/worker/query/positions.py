@@ -20,6 +20,13 @@ state topic's last stable offset (LSO, ``read_committed``), asked off the poll t
   Then it asks again; meanwhile readers keep the previous view. A position is therefore
   never ahead of its snapshot nor behind it.
 
+When the offsets cannot be asked (Kafka unreachable, or an admin client that lived through a
+broker restart: librdkafka 2.16's keeps the partition's old leader epoch and is answered
+FENCED_LEADER_EPOCH for good, ``test_query_outage``), the resolver backs off, makes a new
+admin client, and once a commit has waited ``stale_after_s`` for its position it marks the
+partition's view stale (:meth:`services.worker.query.views.Views.mark_stale`): reads then
+answer ``unavailable`` rather than "not found" for what the store holds and the view does not.
+
 At-least-once workers have no transactions: the tracker asks the high watermark at once,
 on the poll thread, when the commit's records are flushed and none of the next is sent yet.
 """
@@ -28,19 +35,30 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from services.worker.query.views import View, Views, view_of
 from services.worker.state import StoreManager
 
-__all__ = ["CommitTracker", "Resolver"]
+__all__ = ["STALE_AFTER_S", "CommitTracker", "Resolver"]
 
 log = logging.getLogger(__name__)
+
+#: how long a commit's position may stay unknown before its partition's view is stale
+STALE_AFTER_S = 5.0
+#: failing questions: the pause after one (doubling up to the most), and how long they may
+#: fail before the admin client is made anew
+_BACKOFF_S = (0.05, 1.0)
+_RENEW_AFTER_S = 2.0
+#: errors after which the admin client's metadata is not trusted (made anew at once)
+_STALE_METADATA = {KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+                   KafkaError.NOT_LEADER_FOR_PARTITION}
 
 
 @dataclass
@@ -48,13 +66,14 @@ class _Pending:
     view: View  # its position is not known yet
     records: int  # at least this many records written since the published position
     commits: int  # commits that wrote them (one marker each)
+    since: float  # when the first of them was applied (monotonic)
 
 
 class Resolver:
     """Publishes owners' views once their position is known (see the module docstring)."""
 
     def __init__(self, kafka_conf: dict[str, Any], state_topic: str, views: Views, *,
-                 transactional: bool) -> None:
+                 transactional: bool, stale_after_s: float = STALE_AFTER_S) -> None:
         self._conf = kafka_conf
         self._admin: AdminClient | None = None  # made at start()
         self._topic = state_topic
@@ -67,9 +86,19 @@ class Resolver:
         #: commits started so far (a question asked across a commit start is not trusted)
         self.started = 0
         self._thread: threading.Thread | None = None
+        self.stale_after_s = stale_after_s
+        self.renewals = 0  # admin clients made anew (their questions kept failing)
+        self._failing_since: float | None = None  # when the questions started failing
+        self._failures = 0
+        self._last_error = ""
+        self._logged = 0.0
+        self._renewed = float("-inf")
+
+    def _new_admin(self) -> AdminClient:
+        return AdminClient({**self._conf, "client.id": "fifolane-query-positions"})
 
     def start(self) -> None:
-        self._admin = AdminClient({**self._conf, "client.id": "fifolane-query-positions"})
+        self._admin = self._new_admin()
         self._thread = threading.Thread(target=self._run, name="query-positions", daemon=True)
         self._thread.start()
 
@@ -91,7 +120,8 @@ class Resolver:
         with self._lock:
             old = self._pending.get(partition)
             self._pending[partition] = _Pending(
-                view, records + (old.records if old else 0), 1 + (old.commits if old else 0))
+                view, records + (old.records if old else 0), 1 + (old.commits if old else 0),
+                old.since if old else time.monotonic())
         if self._eos:
             self._wake.set()
 
@@ -126,8 +156,46 @@ class Resolver:
             while not self._stop.is_set() and self._pending:
                 if self._resolve(check_started=True):
                     break
-                self._stop.wait(0.002)
+                self.check_stale()
+                self._stop.wait(self._pause())
 
+    def _pause(self) -> float:
+        """Before the next question: 2 ms while the answers come, backing off while they fail."""
+        if not self._failures:
+            return 0.002
+        low, high = _BACKOFF_S
+        return float(min(high, low * 2 ** min(self._failures - 1, 10)))
+
+    def check_stale(self, now: float | None = None) -> None:
+        """Mark the views of partitions whose oldest unresolved commit waited too long."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            late = [(p, now - pend.since) for p, pend in self._pending.items()
+                    if now - pend.since >= self.stale_after_s]
+        for p, waited in late:
+            if self._views.stale(p) is None:
+                why = (f"the position of its last {waited:.0f} s of commits is not known"
+                       + (f" (state topic offsets: {self._last_error})" if self._last_error else ""))
+                log.warning("partition %d: reads answer 'unavailable' until %s", p, why.replace("its", "the"))
+                self._views.mark_stale(p, why)
+
+    def _failed(self, exc: KafkaException) -> None:
+        """A question failed: back off, and make the admin client anew when its metadata is
+        suspect or it keeps failing (one that lived through a broker restart never recovers)."""
+        now = time.monotonic()
+        err = exc.args[0] if exc.args else None
+        code = err.code() if isinstance(err, KafkaError) else None
+        self._last_error = str(err.str() if isinstance(err, KafkaError) else exc)
+        self._failures += 1
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._logged > 10.0:
+            self._logged = now
+            log.info("state topic offsets not known now (%d failed question(s)): %s", self._failures, self._last_error)
+        if (code in _STALE_METADATA and now - self._renewed >= 1.0) or now - self._failing_since >= _RENEW_AFTER_S:
+            self._admin = self._new_admin()
+            self._failing_since = self._renewed = now
+            self.renewals += 1
     def _resolve(self, *, check_started: bool) -> bool:
         """One question for every pending partition; True when none is left pending."""
         with self._lock:
@@ -138,8 +206,9 @@ class Resolver:
         try:
             lso = self._stable_offsets(list(todo))
         except KafkaException as exc:
-            log.info("state topic offsets not known now: %s", exc)
+            self._failed(exc)
             return False
+        self._failures, self._failing_since, self._last_error = 0, None, ""
         if check_started and self.started != started:
             return False  # a commit started meanwhile: the answer may include it
         for p, pend in todo.items():

@@ -25,6 +25,8 @@ Control (the worker writes JSON lines to stdin):
 
 - ``{"op": "me", "worker", "url", "upstream", "input_partitions", "directory_partitions"}``
 - ``{"op": "view", "p", "path", "position", "seq"}``: a published view of partition p;
+- ``{"op": "stale", "p", "why"}``: p's view is behind the worker's store; its reads go to
+  the worker until p's next ``view``;
 - ``{"op": "withdraw", "p", "ack"}``: stop reading p, close its secondary, answer
   ``{"ack": k}`` on stdout (the worker waits for it before it closes or wipes the store).
 
@@ -108,6 +110,8 @@ class Reader:
         #: views published while the partition's secondary opens
         self._pending: dict[int, list[tuple[int, int]]] = {}
         self._generation = 0
+        #: partitions whose view the worker said is stale (their reads go to the worker)
+        self.stale: set[int] = set()
         self.session: aiohttp.ClientSession | None = None
         #: when the worker last said it is alive (loop time); reads are answered here only
         #: within the lease after it (services/worker/query/readers.py)
@@ -135,6 +139,7 @@ class Reader:
                          where, rows.unpack)
 
     def on_view(self, p: int, path: str, position: int, seq: int) -> None:
+        self.stale.discard(p)
         sec = self.local.secondaries.get(p)
         if sec is not None and sec.path == path:
             sec.publish(seq, position)
@@ -170,6 +175,7 @@ class Reader:
         self.local.add(sec)
 
     def _close(self, p: int) -> None:
+        self.stale.discard(p)
         self._opening.pop(p, None)
         self._pending.pop(p, None)
         sec = self.local.remove(p)
@@ -180,6 +186,8 @@ class Reader:
         op = msg.get("op")
         if op == "view":
             self.on_view(int(msg["p"]), str(msg["path"]), int(msg["position"]), int(msg["seq"]))
+        elif op == "stale":
+            self.stale.add(int(msg["p"]))
         elif op == "withdraw":
             self._close(int(msg["p"]))
             _say({"ack": msg["ack"]})
@@ -253,7 +261,7 @@ class Reader:
             wait_ms = int_param(req, "wait_ms")
             if "stale" not in q and (wait_ms is None or 0 <= wait_ms <= MAX_WAIT_MS):
                 p = self._partition(req)
-                if p is not None:
+                if p is not None and p not in self.stale:
                     self.local.refresh(p)
                     status, body = self.answers.entity(
                         type_name, key, group=q.get("group"), partition=p,

@@ -4,7 +4,9 @@
 with ``SO_REUSEPORT``), tells them who this worker is and where its own endpoint listens,
 and mirrors the owner views: :class:`MirroredViews` is the :class:`Views` of the owned
 partitions; it sends each publish to the readers, and waits for every reader to let go of
-a partition before the partition's store may close (the worker may wipe it next).
+a partition before the partition's store may close (the worker may wipe it next). A view
+marked stale (services/worker/query/views.py) is passed on too: the readers send that
+partition's reads to the worker (which answers ``unavailable``) until its next view.
 
 Liveness, both ways:
 
@@ -145,6 +147,7 @@ class Readers:
         self._hello: dict[str, Any] | None = None
         self._routing: dict[str, Any] | None = None
         self._views: dict[int, dict[str, Any]] = {}  # what a restarted reader is told again
+        self._stale: dict[int, dict[str, Any]] = {}  # (and which of those views are stale)
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         #: called with the new port when a restarted reader could not get the old one
@@ -211,7 +214,7 @@ class Readers:
                 fresh.stop(1.0)
                 return True
             self._readers[i] = fresh
-            for msg in [self._hello, self._routing, *self._views.values()]:
+            for msg in [self._hello, self._routing, *self._views.values(), *self._stale.values()]:
                 if msg is not None:
                     fresh.send(msg)
         self.restarts += 1
@@ -253,6 +256,18 @@ class Readers:
         msg = {"op": "view", "p": p, "path": str(path), "position": view.position, "seq": view.seq}
         with self._lock:
             self._views[p] = msg
+            self._stale.pop(p, None)
+            for r in self._readers:
+                r.send(msg)
+
+    def stale(self, p: int, why: str) -> None:
+        """Partition p's published view is behind its store: the readers stop answering from
+        it (the worker answers ``unavailable``) until its next view."""
+        msg = {"op": "stale", "p": p, "why": why}
+        with self._lock:
+            if p not in self._views:
+                return
+            self._stale[p] = msg
             for r in self._readers:
                 r.send(msg)
 
@@ -260,6 +275,7 @@ class Readers:
         """Every reader has closed its secondaries of p when this returns (or is dead, or did
         not answer within 5 s: then it is killed, and started again without p)."""
         with self._lock:
+            self._stale.pop(p, None)
             if self._views.pop(p, None) is None:
                 return  # never sent: no reader reads it
             self._acks += 1
@@ -287,3 +303,8 @@ class MirroredViews(Views):
     def withdraw(self, partition: int, timeout: float = 10.0) -> None:
         super().withdraw(partition, timeout)
         self._readers.withdraw(partition)
+
+    def mark_stale(self, partition: int, why: str) -> None:
+        super().mark_stale(partition, why)
+        if self.stale(partition) is not None:
+            self._readers.stale(partition, why)

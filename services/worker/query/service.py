@@ -287,5 +287,9 @@ class QueryService:
             if v is not None:
                 standbys[str(p)] = {"position": v.position, "lag": v.lag}
         return {"worker": self.me.worker, "url": self.me.url,
-                "active": {str(p): {"position": self.views.position(p)} for p in self.views.partitions()},
+                "active": {str(p): self._active_json(p) for p in self.views.partitions()},
                 "restoring": restoring, "standbys": standbys}
+
+    def _active_json(self, p: int) -> dict[str, Any]:
+        why = self.views.stale(p)
+        return {"position": self.views.position(p), **({} if why is None else {"stale": why})}

@@ -6,6 +6,12 @@ above it. Readers only ever read views, so a read sees one commit's state, never
 an open transaction (those live in the store's overlay) and never a half-restored store (a
 restoring partition has no view). docs/formats.md, "Query API", defines the position.
 
+A published view may also be marked *stale* (:meth:`Views.mark_stale`): the store holds
+commits the view does not, and their position could not be learned for a while (the state
+topic's offsets cannot be read: services/worker/query/positions.py). A stale owner view is
+not answered from (its answer would miss those commits: "not found" for an entity the
+store has); the endpoint answers ``unavailable`` until a newer view is published.
+
 Threads: the poll thread publishes (after a commit, at activation), reader threads read,
 and a store is closed only after :meth:`Views.withdraw` has waited for the reads of its
 partition in flight (a live snapshot keeps RocksDB's lock, and the next open of the store
@@ -56,10 +62,23 @@ class Views:
         self._lock = threading.Lock()
         self._views: dict[int, View] = {}
         self._reading: dict[int, int] = {}
+        self._stale: dict[int, str] = {}  # partition -> why its view is behind its store
 
     def publish(self, partition: int, view: View) -> None:
         with self._lock:
             self._views[partition] = view
+            self._stale.pop(partition, None)
+
+    def mark_stale(self, partition: int, why: str) -> None:
+        """The partition's store holds commits its view does not, and their position is not
+        known (``why``): its view is not answered from until the next :meth:`publish`."""
+        with self._lock:
+            if partition in self._views:
+                self._stale[partition] = why
+
+    def stale(self, partition: int) -> str | None:
+        """Why the partition's view is stale (None: it is not)."""
+        return self._stale.get(partition)
 
     def position(self, partition: int) -> int | None:
         view = self._views.get(partition)
@@ -95,6 +114,7 @@ class Views:
         a read is one lookup, or one page of a scan)."""
         with self._lock:
             self._views.pop(partition, None)
+            self._stale.pop(partition, None)
         deadline = time.monotonic() + timeout
         while self._reading.get(partition, 0) > 0 and time.monotonic() < deadline:
             time.sleep(0.0002)
