@@ -64,6 +64,49 @@ def _client(urls: tuple[str, ...], group_id: str | None, token_file: Path | None
                        timeout=timeout)
 
 
+#: how long an owner that publishes no query address is waited for before saying so (a
+#: worker publishes its address before it joins the group: longer means it has none)
+_NO_ADDRESS_S = 3.0
+
+
+def _no_address(exc: Exception) -> str | None:
+    """Why an answer is final although ``unavailable``: the partition's owner is a live member
+    of the group that publishes no query address (None: another reason, worth retrying)."""
+    from fifolane.query import UNAVAILABLE, QueryError
+
+    if not isinstance(exc, QueryError) or exc.status != UNAVAILABLE:
+        return None
+    owner, p = exc.answer.get("owner"), exc.answer.get("partition")
+    if not isinstance(owner, dict) or owner.get("url") is not None or not owner.get("worker"):
+        return None
+    return (f"worker {owner['worker']} owns partition {p} but serves no queries: it was started without "
+            "--query-port (restart it with --query-port to read its partitions)")
+
+
+def _get(client: Any, timeout: float, *args: Any, **kw: Any) -> Any:
+    """``client.get``, told apart early when the owner serves no queries at all (else it
+    would be retried for the whole ``timeout`` as a rebalance)."""
+    from fifolane.query import QueryError
+
+    client.timeout = min(timeout, _NO_ADDRESS_S)
+    try:
+        return client.get(*args, **kw)
+    except QueryError as exc:
+        why = _no_address(exc)
+        if why is not None:
+            raise QueryError(why, status=exc.status, answer=exc.answer) from None
+        if timeout <= _NO_ADDRESS_S or exc.status not in ("unavailable", "restoring"):
+            raise
+    client.timeout = timeout - _NO_ADDRESS_S
+    try:
+        return client.get(*args, **kw)
+    except QueryError as exc:
+        why = _no_address(exc)
+        if why is not None:
+            raise QueryError(why, status=exc.status, answer=exc.answer) from None
+        raise
+
+
 @click.command()
 @click.argument("type_name", metavar="TYPE")
 @click.argument("key")
@@ -74,8 +117,8 @@ def get(type_name: str, key: str, group: str | None, as_json: bool, urls: tuple[
         ca_file: Path | None, timeout: float) -> None:
     """Print the committed state of entity TYPE KEY (exit 1 if there is none)."""
     with _client(urls, group_id, token_file, ca_file, timeout) as client:
-        e = client.get(type_name, key, group=group, min_position=min_position,
-                       wait_ms=10_000 if min_position is not None else None, stale=stale)
+        e = _get(client, timeout, type_name, key, group=group, min_position=min_position,
+                 wait_ms=10_000 if min_position is not None else None, stale=stale)
     if e is None:
         if as_json:
             click.echo(json.dumps({"status": "not_found", "type": type_name, "key": key}))
