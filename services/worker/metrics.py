@@ -200,9 +200,13 @@ def lag_of(consumer: Any, topic: str, partition: int, start: int | None = None) 
 
 def update_lag(stats: Stats, consumer: Any, topic: str, partitions: Iterable[int],
                starts: Mapping[int, int | None] | None = None) -> None:
-    """Records behind the end per assigned partition (:func:`lag_of`; ``starts``: the
-    committed offsets)."""
-    for p in partitions:
+    """Records behind the end per partition processed here (:func:`lag_of`; ``starts``: the
+    committed offsets). A partition not among ``partitions`` any more (revoked, lost, being
+    restored again) loses its gauge: another worker reports it now."""
+    owned = set(partitions)
+    for p in [p for p in stats.lag if p not in owned]:
+        del stats.lag[p]
+    for p in owned:
         lag = lag_of(consumer, topic, p, (starts or {}).get(p))
         if lag is not None:
             stats.lag[p] = lag
