@@ -9,6 +9,12 @@ Spark is imported only when a command runs (the CLI root stays light).
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +45,17 @@ def _out_dir(settings: Settings, out: Path | None) -> Path:
     return out if out is not None else settings.home / "views"
 
 
+def _shown_dir(settings: Settings, out: Path | None) -> Path:
+    """``--out``, else where the last ``views build`` wrote, else <home>/views."""
+    if out is not None:
+        return out
+    try:
+        last = Path(_last_out(settings).read_text().strip())
+    except OSError:
+        return _out_dir(settings, None)
+    return last if last.is_dir() else _out_dir(settings, None)
+
+
 @click.group()
 def views() -> None:
     """Spark views of the state topic (Parquet under <home>/views)."""
@@ -66,6 +83,9 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
     master = master or settings.spark_master
     out = _out_dir(settings, out)
     when = parse_as_of(as_of) if as_of else None
+    from fifolane.cli.connect import check_reachable
+
+    check_reachable(settings)  # Spark would wait for minutes
     if when is not None:
         from spark.history import history_window
 
@@ -85,13 +105,15 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
 
     catalog = SchemaCatalog.load(settings.schemas_dir)
     started = not spark_running()
-    with console.status(f"starting Spark ({master})"):
-        spark = get_session(master, "fifolane-views", home=settings.home)
-    # soft_wrap: paths stay on one line (copyable, greppable), whatever the console width
-    log = session_log(spark)
-    console.print(f"Spark {spark.version} on {master}; Spark's log: "
-                  f"{log or 'none (its JVM was started outside fifolane)'}", soft_wrap=True)
+    interrupted = _sigint_watch()
+    spark = None
     try:
+        with console.status(f"starting Spark ({master})"):
+            spark = get_session(master, "fifolane-views", home=settings.home)
+        # soft_wrap: paths stay on one line (copyable, greppable), whatever the console width
+        log = session_log(spark)
+        console.print(f"Spark {spark.version} on {master}; Spark's log: "
+                      f"{log or 'none (its JVM was started outside fifolane)'}", soft_wrap=True)
         with SparkProgress(spark.sparkContext, console) as progress:
             report = build_views(
                 spark, settings, catalog, out, as_of=when, allow_compacted=allow_compacted,
@@ -101,15 +123,81 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
         for table in build_summary(spark, out, report):
             stdout.print(table)
         stdout.print(f"views written to {out}", soft_wrap=True)
+        _record_out(settings, out)
+    except BaseException:
+        if not interrupted():
+            raise
     finally:
-        if started:  # end the application cleanly (on a cluster: FINISHED, executors freed)
-            spark.stop()
+        if started and spark is not None:  # end the application cleanly (on a cluster: FINISHED)
+            with contextlib.suppress(Exception) if interrupted() else contextlib.nullcontext():
+                spark.stop()
+    if interrupted():
+        # What Py4J says about the interrupted call (a cancelled job, a broken connection) is
+        # the interrupt's doing: one line and exit code 130, as a shell gives, and no JVM left.
+        if started:
+            _end_jvm()
+        click.echo(f"interrupted: views build stopped; the views in {out} are incomplete "
+                   f"(build them again)", err=True)
+        sys.exit(130)
+
+
+def _end_jvm() -> None:
+    """Stop this process's Spark JVM (it outlives an interrupted Py4J call otherwise)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    with contextlib.suppress(Exception):
+        if gateway is not None:
+            gateway.shutdown()
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except Exception:  # noqa: BLE001 - still there after 10 s: kill it
+            proc.kill()
+
+
+def _sigint_watch() -> Callable[[], bool]:
+    """Whether SIGINT (Ctrl-C) arrived since this call, whichever Python handler took it:
+    Spark installs its own when its context starts (it cancels the running jobs and raises
+    KeyboardInterrupt), and what surfaces then is often a Py4J error, not the interrupt."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)  # the signal numbers, as bytes
+    seen: list[bool] = []
+
+    def interrupted() -> bool:
+        with contextlib.suppress(BlockingIOError):
+            if signal.SIGINT in os.read(read_end, 4096):
+                seen.append(True)
+        return bool(seen)
+
+    def quiet(record: logging.LogRecord) -> bool:  # Py4J logs the broken call with its traceback
+        from_py4j = record.name.startswith("py4j") or f"{os.sep}py4j{os.sep}" in record.pathname
+        return not (from_py4j and interrupted())
+
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(quiet)
+    return interrupted
+
+
+def _last_out(settings: Settings) -> Path:
+    return settings.home / "views.last"
+
+
+def _record_out(settings: Settings, out: Path) -> None:
+    """Remember where the last build wrote, so `views show` finds it without --out."""
+    with contextlib.suppress(OSError):
+        settings.home.mkdir(parents=True, exist_ok=True)
+        _last_out(settings).write_text(str(out.resolve()) + "\n")
 
 
 @views.command()
 @click.argument("name", type=click.Choice(_VIEW_NAMES))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="Folder of the built views (default <home>/views).")
+              help="Folder of the built views (default: where the last `views build` wrote, else <home>/views).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Rows to print.")
 def show(name: str, out: Path | None, limit: int) -> None:
     """Print a built view from its Parquet."""
@@ -118,7 +206,7 @@ def show(name: str, out: Path | None, limit: int) -> None:
     from spark.summary import view_table
 
     settings = load_settings()
-    out = _out_dir(settings, out)
+    out = _shown_dir(settings, out)
     # Reading a built view is small: a local session, whatever the build's master was.
     spark = get_session("local[*]", "fifolane-views-show", home=settings.home)
     df = read_view(spark, name, out)

@@ -77,7 +77,7 @@ def test_produce_single_object(settings: Settings, topics: Any, events_file: Pat
     result = _run_produce(settings, events_file)
     assert result.returncode == 1, result.stderr
     assert f"{events_file}: line 2: field 'seats': expected int, got 'two'" in result.stderr
-    assert "sent 3 reservation event(s)" in result.stderr
+    assert "delivered 3 of 3 reservation event(s) sent" in result.stderr
     assert "1 line(s) skipped, not sent" in result.stderr
     records = consume_all(settings, settings.input_topic)
     assert len(records) == 3
@@ -141,7 +141,7 @@ def test_produce_skips_every_kind_of_bad_line(settings: Settings, topics: Any, t
     assert f"{path}: line 7: the encoded record is about 1,100," in result.stderr
     assert "over the producer's message.max.bytes (1,000,000)" in result.stderr
     assert f"{path}: line 8: not valid UTF-8 (byte 24 of the line)" in result.stderr
-    assert "sent 5 reservation event(s)" in result.stderr and "5 line(s) skipped, not sent" in result.stderr
+    assert "delivered 5 of 5 reservation event(s) sent" in result.stderr and "5 line(s) skipped, not sent" in result.stderr
     decode = SingleObjectCodec(SchemaCatalog.load()).decode
     got = sorted((d.key, d.version, d.is_delete) for d in (decode(m.value())
                  for m in consume_all(settings, settings.input_topic)))

@@ -221,3 +221,36 @@ def test_produce_summary_counts_deliveries(tmp_path: Path) -> None:
         report = producer.produce_lines([_line(version=1), _line(version=2)], "reservation",
                                         on_error=lambda n, r: None)
     assert (report.sent, report.delivered, [n for n, _ in report.undelivered]) == (2, 1, [2])
+
+
+# --- views ----------------------------------------------------------------------------------
+def test_views_show_finds_the_last_build(tmp_path: Path) -> None:
+    from fifolane.cli.views import _record_out, _shown_dir
+
+    settings = Settings(bootstrap_servers="unused:1", home=tmp_path / "home")
+    assert _shown_dir(settings, None) == settings.home / "views"  # nothing built yet
+    built = tmp_path / "views"
+    built.mkdir()
+    _record_out(settings, built)
+    assert _shown_dir(settings, None) == built.resolve()
+    assert _shown_dir(settings, tmp_path / "other") == tmp_path / "other"  # --out wins
+    built.rmdir()
+    assert _shown_dir(settings, None) == settings.home / "views"  # gone: the default again
+
+
+def test_a_sigint_is_seen_whichever_handler_took_it() -> None:
+    import signal
+
+    from fifolane.cli.views import _sigint_watch
+
+    interrupted = _sigint_watch()
+    try:
+        assert not interrupted()
+        before = signal.signal(signal.SIGINT, lambda *_: None)  # as Spark replaces the handler
+        try:
+            signal.raise_signal(signal.SIGINT)
+        finally:
+            signal.signal(signal.SIGINT, before)
+        assert interrupted() and interrupted()  # and it stays seen
+    finally:
+        signal.set_wakeup_fd(-1)
