@@ -93,8 +93,8 @@ class Worker:
 
         # Only app handlers read groups (GroupState.scan): a table-only worker keeps no index.
         # Query readers' secondaries catch up through RocksDB's write-ahead log.
-        self.stores = StoreManager(state_dir, self.group_id, group_index=bool(self.app.types), read_value=read_value,
-                                   wal=self.opts.query_port is not None and self.opts.query_readers > 0)
+        self.stores = StoreManager(state_dir, self.group_id, group_index=bool(self.app.types), read_value=read_value,  # owner: one
+                                   wal=self.opts.query_port is not None and self.opts.query_readers > 0, owner=self.opts.worker_id)  # process (storedirs.py)
         self._dir_stores = (StoreManager(state_dir, f"{self.group_id}.directory", cache_mb=16,
                                          write_buffer_mb=16, group_index=False)
                             if self.topics.directory else None)

@@ -24,9 +24,8 @@ read the store through it: the changelog is the log. A crash loses the writes si
 memtable flush; what survives is a prefix of the batches with its own ``m:changelog``, from
 which the restore replays the rest. A clean close flushes first.
 
-A restore of a store without a group index writes raw rows: the changelog's value, its
-version and group read only when the row is first read (:meth:`PartitionStore.unpack`),
-which most rows of a large table never are before their next write.
+A restore of a store without a group index writes raw rows: the changelog's value, its version and
+group read only when first read (:meth:`PartitionStore.unpack`): most rows of a large table never are.
 """
 
 from __future__ import annotations
@@ -55,7 +54,7 @@ from services.worker.rows import (
     Row,
     index_key,
 )
-from services.worker.storedirs import drop
+from services.worker.storedirs import claim, drop
 
 __all__ = [
     "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
@@ -296,12 +295,12 @@ class PartitionStore:
 
 
 class StoreManager:
-    """Opens one RocksDB per assigned partition, all sharing one block cache and one
-    write-buffer budget, so memory stays bounded however many partitions a worker owns."""
+    """Opens one RocksDB per assigned partition, all sharing one block cache and one write-buffer
+    budget (memory bounded however many partitions a worker owns); ``owner``: claims the root."""
 
     def __init__(self, state_dir: Path, name: str, cache_mb: int = 64, write_buffer_mb: int = 64,
                  group_index: bool = True, read_value: ValueReader | None = None,
-                 marks: Callable[[int], int | None] | None = None, wal: bool = False) -> None:
+                 marks: Callable[[int], int | None] | None = None, wal: bool = False, owner: str | None = None) -> None:
         self.root = state_dir / name
         self._write = rocksdict.WriteOptions()  # the write-ahead log: see the module docstring
         setattr(self._write, "disable_wal", not wal)  # noqa: B010 - a property, a method in the stubs
@@ -310,9 +309,10 @@ class StoreManager:
         #: called with a partition before its store closes (a snapshot's reader lets go first)
         self.before_close: Callable[[int], None] | None = None
         self._next_marker = 0.0
-        self.group_index = group_index
-        self.read_value = read_value
+        self.group_index, self.read_value = group_index, read_value
         self.root.mkdir(parents=True, exist_ok=True)
+        if owner is not None:  # one worker process per state directory (storedirs.claim)
+            claim(self.root, owner)
         self._cache = Cache(cache_mb << 20)
         self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(write_buffer_mb << 20, False, self._cache)
         self.stores: dict[int, PartitionStore] = {}

@@ -1,4 +1,15 @@
-"""Deleting a RocksDB store's directory, so that a kill midway leaves no half store behind.
+"""A worker's store directories: one process at a time (:func:`claim`), and deleting a
+RocksDB store's directory so that a kill midway leaves no half store behind (:func:`drop`).
+
+Claim. Two worker processes with the same ``--worker-id`` on one machine share the state
+directory (``<home>/state/<worker id>``). Before this claim the second one joined the group,
+fenced the first one's consumer and producer, and then failed to open the partitions'
+stores, whose RocksDB ``LOCK`` the first one held, again and again: the two took turns until
+one gave up, and that could be the worker that had been running for days. The claim is an
+exclusive ``flock`` on ``<store root>/OWNER``, taken when the store manager is made, before
+any Kafka client: the second process stops at once, saying which process holds the
+directory, and the first one never notices. The kernel lets go of the lock when the holding
+process exits, however it exits, so a worker restarted after a crash claims it again.
 
 ``shutil.rmtree`` deletes file by file: a worker killed in the middle of a wipe (a store
 rebuilt from its changelog) would leave, say, ``CURRENT`` without the ``MANIFEST`` it names,
@@ -10,10 +21,45 @@ copy is deleted by the next drop of that path.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import shutil
+import socket
+import time
 from pathlib import Path
 
-__all__ = ["drop"]
+from fifolane.errors import StateError
+
+__all__ = ["OWNER_FILE", "claim", "drop"]
+
+OWNER_FILE = "OWNER"
+#: root -> the open file holding its lock (for this process's life: closing it would let go).
+_HELD: dict[Path, int] = {}
+
+
+def claim(root: Path, worker_id: str) -> None:
+    """Hold ``root`` (a store manager's directory) for this process, or raise
+    :class:`StateError` naming the process that holds it. Claiming a root this process
+    holds already is a no-op (a store manager made again in the same process)."""
+    root = root.resolve()
+    if root in _HELD:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / OWNER_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 500).decode("utf-8", "replace").strip() or "unknown"
+        os.close(fd)
+        raise StateError(
+            f"another worker process uses the state directory {root} ({holder}): is a worker with "
+            f"--worker-id {worker_id} running on this machine already? Give each worker its own "
+            "--worker-id (or its own --state-dir), or stop the other one first") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
+                 f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode())
+    _HELD[root] = fd
 
 
 def drop(path: Path) -> None:
