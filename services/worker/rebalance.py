@@ -132,20 +132,39 @@ class ConsumerFailures:
     the same ``--worker-id``, the two fence each other again and again, and neither gets far:
     after ``limit`` failures within ``window_s``, :meth:`note` stops this worker with a
     :class:`WorkerError` that says what to fix.
+
+    Which of the two stops: the newcomer. A worker fenced ``young_limit`` times within
+    ``young_s`` of its start (a copy-pasted command line started next to a running worker)
+    stops, while a worker that has run longer needs ``limit`` fencings: the running one
+    keeps its partitions, and the mistake shows where it was made. (Two workers started
+    together are both new: the first one fenced twice stops.) (Two workers with one id
+    on one machine do not get this far: the second cannot claim the state directory,
+    services.worker.storedirs.)
     """
 
-    def __init__(self, limit: int = 5, window_s: float = 120.0) -> None:
+    def __init__(self, limit: int = 5, window_s: float = 120.0, young_limit: int = 2,
+                 young_s: float = 60.0) -> None:
         self.window_s = window_s
+        self.young_limit, self.young_s = young_limit, young_s
+        self._started = time.monotonic()
+        self._young = 0  # fencings within young_s of the start
         self._times: deque[float] = deque(maxlen=limit)
 
     def note(self, err: KafkaError) -> None:
         now = time.monotonic()
         times = self._times
         times.append(now)
+        text = err.str()
+        fenced = "group.instance.id" in text
+        self._young += fenced and now - self._started <= self.young_s
+        if self._young >= self.young_limit:
+            raise WorkerError(f"the Kafka consumer was fenced {self._young} times in the {now - self._started:.0f} s "
+                              f"since this worker started ({text}): another worker runs with the same --worker-id "
+                              "in this consumer group, and it was there first: this one stops. Give each worker "
+                              "its own --worker-id (or leave it out: host and pid)")
         if len(times) < (times.maxlen or 0) or now - times[0] > self.window_s:
             return
-        text = err.str()
-        if "group.instance.id" in text:
+        if fenced:
             raise WorkerError(f"the Kafka consumer was fenced {len(times)} times in {now - times[0]:.0f} s "
                               f"({text}): another worker runs with the same --worker-id in this consumer "
                               "group. Give each worker its own --worker-id (or leave it out: host and pid)")

@@ -3,8 +3,10 @@ file with a fixed id): they share the group's static member id, with which each 
 consumer fences the other's for good (that worker went on consuming nothing, and said
 nothing but a warning), and a transactional id, with which they fence each other at every
 commit. A fenced consumer is replaced by a new one that joins again, so the two take turns;
-after five turns in two minutes one of them stops and says why; the other goes on, and
-nothing is lost. A fencing now and then (a broker failover can leave one behind, and so
+after five turns in two minutes the newcomer stops (two fencings within a minute of its start
+are enough) and says why; the worker that was there first goes on, and nothing is lost. On the
+same machine the newcomer does not get that far: the state directory is claimed by the first
+one (services.worker.storedirs). A fencing now and then (a broker failover can leave one behind, and so
 does a consumer that used the id once) is survived."""
 
 from __future__ import annotations
@@ -24,32 +26,82 @@ from fifolane.config import Settings
 pytestmark = pytest.mark.integration
 
 
-def test_a_second_worker_with_the_same_id_is_stopped_with_a_reason(settings: Settings, topics: Any,
-                                                                   tmp_path: Path) -> None:
+def _our_last_line(w: WorkerProcess) -> str:
+    text = w.log_tail(200)
+    assert "Traceback" not in text, text
+    ours = [line for line in text.splitlines() if not line.startswith("%")]  # not librdkafka's
+    return ours[-1] if ours else ""
+
+
+def _running(settings: Settings, w: WorkerProcess, tag: str, n: int = 200) -> set[str]:
+    """Wait until ``w`` (started) has processed ``n`` new reservations."""
+    send_events(settings, [("reservation", reservation(f"{tag}{i}", f"LH{i % 30}", 1), "upsert") for i in range(n)])
+    want = {f"reservation/{tag}{i}" for i in range(n)}
+    wait_until(lambda: want <= set(read_table(settings)), timeout=90, interval=0.5, message=w.log_tail)
+    return want
+
+
+def test_a_second_worker_with_the_same_id_stops_and_the_first_goes_on(settings: Settings, topics: Any,
+                                                                      tmp_path: Path) -> None:
+    """On another machine (its own state directory): the newcomer is fenced by the running
+    worker soon after its start, and it is the one that stops, saying why."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     a, b = WorkerProcess(settings, "same", tmp_path / "a"), WorkerProcess(settings, "same", tmp_path / "b")
-    sent = 0
-    with processes(a, b):
+    with processes(a):
+        want = _running(settings, a, "A")
+        started = time.monotonic()
+        wait_until(lambda: time.monotonic() - started > 62, timeout=90, interval=1.0)  # a minute old: not new
+        b.start()
+        sent = 0
         deadline = time.monotonic() + 150
-        while a.alive() and b.alive() and time.monotonic() < deadline:
+        while b.alive() and time.monotonic() < deadline:
             batch = [("reservation", reservation(f"R{i}", f"LH{i % 30}", 1), "upsert") for i in range(sent, sent + 200)]
             sent += send_events(settings, batch)
             time.sleep(0.2)
-        assert a.alive() != b.alive(), f"both {'alive' if a.alive() else 'gone'}:\n{a.log_tail()}\n{b.log_tail()}"
-        gone, survivor = (b, a) if a.alive() else (a, b)
-        assert gone.proc is not None and gone.proc.wait(30) == 2
-        text = gone.log_tail(200)
-        assert "Traceback" not in text, text
-        ours = [line for line in text.splitlines() if not line.startswith("%")]  # not librdkafka's
-        last = ours[-1]  # fenced as the group's static member, again and again
-        assert last.startswith("error: the Kafka consumer was fenced 5 times") and "the same --worker-id" in last, text
-        assert "each worker its own --worker-id" in last, text
-        want = {f"reservation/R{i}" for i in range(sent)}
+        assert not b.alive(), f"the newcomer runs on:\n{b.log_tail(80)}\n--- the first one:\n{a.log_tail(80)}"
+        assert b.proc is not None and b.proc.wait(30) == 2, b.log_tail()
+        last = _our_last_line(b)
+        assert re.match(r"error: the Kafka consumer was fenced 2 times in the \d+ s since this worker started ",
+                        last), last
+        assert "it was there first: this one stops" in last and "each worker its own --worker-id" in last, last
+        assert a.alive(), a.log_tail()
+        want |= {f"reservation/R{i}" for i in range(sent)}
         wait_until(lambda: {k for k, (_v, r) in read_table(settings).items() if r is not None} == want,
-                   timeout=120, interval=1.0, message=lambda: survivor.log_tail())
-        assert survivor.alive()
-        assert survivor.terminate() == 0
+                   timeout=120, interval=1.0, message=lambda: a.log_tail())
+        assert a.alive()
+        assert a.terminate() == 0
+
+
+def test_a_second_worker_on_the_same_state_directory_stops_at_once(settings: Settings, topics: Any,
+                                                                   tmp_path: Path) -> None:
+    """On the same machine (the same state directory): the newcomer stops before it makes a
+    Kafka client, so the running worker is never fenced."""
+    shared = tmp_path / "state"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = WorkerProcess(settings, "twin", tmp_path / "a", extra=["--state-dir", str(shared)])
+    b = WorkerProcess(settings, "twin", tmp_path / "b", extra=["--state-dir", str(shared)])
+    with processes(a):
+        want = _running(settings, a, "A")
+        b.start()
+        assert b.proc is not None and b.proc.wait(60) == 2, b.log_tail()
+        last = _our_last_line(b)
+        assert last.startswith("error: another worker process uses the state directory "), last
+        assert f"pid {a.proc.pid if a.proc else '?'} on " in last and "--worker-id twin" in last, last
+        send_events(settings, [("reservation", reservation(f"B{i}", f"LH{i % 30}", 1), "upsert") for i in range(200)])
+        want |= {f"reservation/B{i}" for i in range(200)}
+        wait_until(lambda: want <= set(read_table(settings)), timeout=90, interval=0.5, message=a.log_tail)
+        wait_until(lambda: a.snapshot().get("consumed", 0) >= 400, timeout=30, message=a.log_tail)
+        snap = a.snapshot()
+        assert (snap["consumer_renewals"], snap["aborts"]) == (0, 0), snap
+        assert a.terminate() == 0
+        # Once the first one has stopped, the directory is free: a worker starts on it.
+        c = WorkerProcess(settings, "twin", tmp_path / "b", extra=["--state-dir", str(shared)])
+        with processes(c):
+            _running(settings, c, "C")
+            assert c.alive()
+            assert c.terminate() == 0
 
 
 def test_a_consumer_that_used_the_id_once_is_survived(settings: Settings, topics: Any, tmp_path: Path) -> None:

@@ -106,19 +106,47 @@ def test_a_fatal_error_in_a_batch_an_abort_dropped_is_not_lost(tmp_path: Path) -
     w.close()
 
 
-def test_a_consumer_that_keeps_failing_stops_the_worker_with_a_reason(tmp_path: Path) -> None:
+def test_a_consumer_that_keeps_failing_stops_the_worker_with_a_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that has run for a while: five fencings in two minutes stop it."""
+    now = [1000.0]
+    monkeypatch.setattr("services.worker.rebalance.time.monotonic", lambda: now[0])
     w, clients = _worker(tmp_path)
+    now[0] += 61.0  # past its start
     for i in range(4):
         _assign(w, clients, 0)
         clients.fake_consumer.batches.append([_ErrorMsg(KafkaError(KafkaError._FATAL, FENCED))])
         w.poll_once()
         assert clients.fake_consumer.renewals == i + 1
+        now[0] += 1.0
     _assign(w, clients, 0)
     clients.fake_consumer.batches.append([_ErrorMsg(KafkaError(KafkaError._FATAL, FENCED))])
-    with pytest.raises(WorkerError, match=r"fenced 5 times in \d+ s .*another worker runs with the same "
+    with pytest.raises(WorkerError, match=r"fenced 5 times in 4 s .*another worker runs with the same "
                                           r"--worker-id in this consumer group. Give each worker its own"):
         w.poll_once()
     w.close()
+
+
+def test_a_worker_fenced_twice_soon_after_its_start_is_the_newcomer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started next to a running worker with the same id: the second fencing within a
+    minute of the start stops it (the running worker needs five)."""
+    now = [1000.0]
+    monkeypatch.setattr("services.worker.rebalance.time.monotonic", lambda: now[0])
+    young = ConsumerFailures()
+    fenced = KafkaError(KafkaError._FATAL, FENCED)
+    now[0] += 5.0
+    young.note(fenced)  # one: a mishap, maybe (a failover)
+    now[0] += 7.0
+    with pytest.raises(WorkerError, match=r"^the Kafka consumer was fenced 2 times in the 12 s since this worker "
+                                          r"started .*it was there first: this one stops"):
+        young.note(fenced)
+    late = ConsumerFailures()
+    now[0] += 59.0
+    late.note(fenced)  # 59 s after its start
+    now[0] += 2.0
+    late.note(fenced)  # 61 s: only one fell in its first minute
+    broken = ConsumerFailures()
+    broken.note(KafkaError(KafkaError._FATAL, "broken"))
+    broken.note(KafkaError(KafkaError._FATAL, "broken"))  # not a fencing: the newcomer rule is not for it
 
 
 def test_failures_far_apart_are_mishaps(monkeypatch: pytest.MonkeyPatch) -> None:
