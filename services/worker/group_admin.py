@@ -11,7 +11,10 @@ that was otherwise fine. :class:`GroupAdmin` asks them from a small child proces
 ``describe_consumer_groups`` and ``describe_topics`` return futures of objects with the same
 attributes the callers read. If the child dies, its unanswered questions fail with a
 :class:`KafkaException` (the caller asks again at its next look) and the next question starts
-a new child.
+a new child. So does a child whose every answer has been an error for :attr:`GroupAdmin.renew_after`
+seconds: librdkafka 2.16's admin client does not recover from a broker restart (it keeps the
+partitions' old leader epochs and coordinator: ``FENCED_LEADER_EPOCH`` or time-outs for good),
+while a new client answers at once.
 
 The wire between the two is JSON lines: the first line to the child is the client
 configuration (plain values only; never argv, which other users can read), then one request
@@ -68,6 +71,8 @@ class GroupAdmin:
         self.died: list[int] = []  # exit codes of children that ended while in use
         self.slack = 5.0  # seconds past twice its request time-out that an answer is overdue
         self._closed = False  # after close(), questions fail at once (no new child)
+        self.renew_after = 20.0  # seconds of nothing but error answers before a new child
+        self._failing_since: float | None = None  # the first error answer since the last good one
         self._reader: threading.Thread | None = None  # reads the current child's answers
 
     # -- AdminClient's shape ---------------------------------------------------------------
@@ -114,6 +119,12 @@ class GroupAdmin:
                 log.warning("the group admin process has not answered for %.0f s: killing it", now - min(self._due.values()))
                 self._proc.kill()
                 self._proc.wait()
+            elif self._proc is not None and self._failing_since is not None and now - self._failing_since > self.renew_after:
+                log.warning("the group admin process has answered nothing but errors for %.0f s: starting a new one "
+                            "(its client may not have recovered from a broker restart)", now - self._failing_since)
+                self._failing_since = None
+                self._proc.kill()
+                self._proc.wait()
             try:
                 proc = self._child()
                 self._pending[rid] = future
@@ -156,6 +167,10 @@ class GroupAdmin:
             with self._lock:
                 future = self._pending.pop(rid, None)
                 self._due.pop(rid, None)
+                if "ok" in msg:
+                    self._failing_since = None
+                elif self._failing_since is None:
+                    self._failing_since = time.monotonic()
             if future is None:
                 continue
             if "ok" in msg:

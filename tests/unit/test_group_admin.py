@@ -10,6 +10,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -156,3 +157,28 @@ def test_no_thread_outlives_close() -> None:
     admin.describe_consumer_groups(["g"])["g"].result(20)
     admin.close()
     assert [t.name for t in threading.enumerate() if t.ident not in before] == []
+
+
+def test_a_child_that_answers_only_errors_for_a_while_is_replaced() -> None:
+    """librdkafka's admin client does not recover from a broker restart (stale leader epochs
+    and coordinator): a child whose answers have all been errors for ``renew_after`` is
+    replaced at the next question; one good answer in between resets the clock."""
+    admin = _admin()
+    admin.renew_after = 0.3
+    try:
+        with pytest.raises(KafkaException, match="no such group"):
+            admin.describe_consumer_groups(["missing"], request_timeout=5)["missing"].result(20)
+        assert admin.describe_consumer_groups(["g"], request_timeout=5)["g"].result(20).group_id == "b:9092"
+        with pytest.raises(KafkaException, match="no such group"):
+            admin.describe_consumer_groups(["missing"], request_timeout=5)["missing"].result(20)
+        assert admin.started == 1  # errors, but not for renew_after yet
+        wait_until(lambda: admin._failing_since is not None and time.monotonic() - admin._failing_since > 0.3,
+                   timeout=5, message="the failing clock")
+        with pytest.raises(KafkaException, match="no such group"):
+            admin.describe_consumer_groups(["missing"], request_timeout=5)["missing"].result(20)
+        assert admin.started == 2  # a new child asked that one
+        assert admin.died == [-signal.SIGKILL]
+        assert admin.describe_consumer_groups(["g"], request_timeout=5)["g"].result(20).group_id == "b:9092"
+        assert admin.started == 2
+    finally:
+        admin.close()
