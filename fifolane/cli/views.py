@@ -84,7 +84,9 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
     out = _out_dir(settings, out)
     when = parse_as_of(as_of) if as_of else None
     from fifolane.cli.connect import check_reachable
+    from spark.packages import check_versions
 
+    check_versions()  # a pyspark that cannot run Spark's Kafka connector: refused first (no Kafka needed)
     check_reachable(settings)  # Spark would wait for minutes
     if when is not None:
         from spark.history import history_window
