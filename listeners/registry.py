@@ -99,8 +99,15 @@ def ensure_registry_topic(settings: Settings) -> None:
 
 
 def _partitions_of(settings: Settings, topic: str, timeout: float = 10.0) -> int | None:
-    """The partition count of ``topic``; None if it is missing or not visible to us."""
-    md = AdminClient(settings.kafka_config()).list_topics(topic, timeout=timeout).topics.get(topic)
+    """The partition count of ``topic``; None if it is missing or not visible to us.
+
+    Looked up in the listing of all topics: a metadata request naming one topic makes a broker
+    with ``auto.create.topics.enable`` (the local dev cluster) create it, with the broker's
+    defaults (1 partition, cleanup.policy=delete), before we create it with ours. A full
+    listing is heavier on a cluster of many topics; this runs rarely: at registration, when a
+    worker starts following the registry, and once per output topic a worker activates.
+    """
+    md = AdminClient(settings.kafka_config()).list_topics(timeout=timeout).topics.get(topic)
     if md is None or md.error is not None:
         return None
     return len(md.partitions)

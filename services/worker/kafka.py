@@ -121,9 +121,14 @@ class TxnProducer:
 
     def refresh(self, topic: str, timeout: float = 5.0) -> None:
         """Read ``topic``'s metadata again: librdkafka keeps a topic it saw deleted as unknown
-        (and refuses records to it at once) until its next refresh, minutes later."""
+        (and refuses records to it at once) until its next refresh, minutes later.
+
+        All topics are listed, not ``topic`` alone: a producer's request naming a missing topic
+        makes a broker with ``auto.create.topics.enable`` create it (1 partition, the broker's
+        defaults); the listing updates the producer's view of every topic in it. Heavier on a
+        cluster of many topics, but called only when a listener is activated."""
         try:
-            self._producer.list_topics(topic, timeout=timeout)
+            self._producer.list_topics(timeout=timeout)
         except KafkaException as exc:
             log.info("metadata of %s not read again: %s", topic, exc)
 
