@@ -81,10 +81,12 @@ def _owner(data: Any) -> Owner | None:
     return Owner(data["worker"], data.get("url"))
 
 
-def member_urls(settings: Any, group_id: str | None = None, timeout: float = 10.0) -> list[str]:
+def member_urls(settings: Any, group_id: str | None = None, timeout: float = 10.0, *,
+                strict: bool = False) -> list[str]:
     """The query addresses in the members topic of the workers of ``settings.input_topic``
-    (of consumer group ``group_id`` if given)."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    (of consumer group ``group_id`` if given). A members topic that cannot be read (Kafka
+    down) gives none, or with ``strict`` a :class:`ConfigError` saying so."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer(settings.kafka_config(**{"group.id": "fifolane-client", "enable.auto.commit": False}))
     urls: dict[tuple[str, str], str] = {}
@@ -92,8 +94,17 @@ def member_urls(settings: Any, group_id: str | None = None, timeout: float = 10.
         tp = TopicPartition(settings.members_topic, 0)
         try:
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-        except KafkaException:
-            return []  # Kafka not reachable now: no addresses found
+        except KafkaException as exc:  # Kafka not reachable now: no addresses found
+            err = exc.args[0] if exc.args else None
+            missing = isinstance(err, KafkaError) and err.code() in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
+            if strict and not missing:
+                why = err.str() if isinstance(err, KafkaError) else str(exc)
+                raise ConfigError(
+                    f"cannot read the workers' query addresses: the members topic {settings.members_topic!r} "
+                    f"did not answer within {timeout:.0f}s ({why}); is Kafka at {settings.resolved_bootstrap()} "
+                    "down or restarting? Try again when it is up, or pass --url") from None
+            return []
         if high <= low:
             return []
         consumer.assign([TopicPartition(settings.members_topic, 0, low)])
@@ -152,7 +163,7 @@ class StateClient:
     @classmethod
     def from_settings(cls, settings: Any, *, group_id: str | None = None, **kw: Any) -> StateClient:
         """A client that finds the endpoints in the members topic."""
-        urls = member_urls(settings, group_id)
+        urls = member_urls(settings, group_id, strict=True)
         if not urls:
             raise ConfigError(f"no worker of input topic {settings.input_topic!r} publishes a query "
                               f"address in {settings.members_topic!r}: start workers with --query-port")

@@ -2,6 +2,7 @@
 
     names = check_reachable(settings)        # ConfigError naming the servers and the setting
     conf = {"logger": LIBRDKAFKA_LOG}        # a client's log lines through Python logging
+    settings = reachable(load_settings())    # both: checked, and every client it configures logs so
 
 A client that cannot reach its brokers retries for as long as its request allows and logs
 every failed connection attempt (~20 lines a second, ``%3|...|FAIL|...Connection refused``).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -26,7 +28,8 @@ from confluent_kafka.admin import AdminClient
 from fifolane.config import Settings
 from fifolane.errors import ConfigError
 
-__all__ = ["CHECK_TIMEOUT_S", "LIBRDKAFKA_LOG", "LibrdkafkaLog", "check_reachable", "unreachable_hint"]
+__all__ = ["CHECK_TIMEOUT_S", "LIBRDKAFKA_LOG", "LibrdkafkaLog", "check_reachable", "logged", "reachable",
+           "unreachable_hint"]
 
 #: How long :func:`check_reachable` waits for a broker to answer.
 CHECK_TIMEOUT_S = 5.0
@@ -81,13 +84,14 @@ def unreachable_hint(settings: Settings) -> str:
             "to your brokers")
 
 
-def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S) -> set[str]:
+def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S,
+                    stop: Callable[[], bool] | None = None) -> set[str]:
     """Ask the cluster for its metadata (all topics: asking for one could create it on a broker
     with automatic topic creation); returns the topic names.
 
     :class:`ConfigError` when no broker answers within ``timeout`` seconds (naming the
     bootstrap servers and the setting to change), or at once when a broker refuses the
-    login or the TLS handshake."""
+    login or the TLS handshake. ``stop`` returning True ends the wait early (an empty set)."""
     bootstrap = settings.resolved_bootstrap()
     quiet = LibrdkafkaLog("fifolane.librdkafka.check", max_level=logging.DEBUG)
     errors: list[KafkaError] = []
@@ -111,6 +115,8 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S) -> set
                 )
             if time.monotonic() >= deadline:
                 break
+            if stop is not None and stop():
+                return set()
     finally:
         del admin  # destroyed here, before the error is shown
     reason = quiet.last or (last.str() if isinstance(last, KafkaError) else str(last))
@@ -121,3 +127,15 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S) -> set
         f"cannot reach Kafka at {bootstrap}: no broker answered within {timeout:.0f}s ({reason}); "
         f"{unreachable_hint(settings)}"
     )
+
+
+def logged(settings: Settings) -> Settings:
+    """``settings`` whose every client (``kafka_config()``) logs through :data:`LIBRDKAFKA_LOG`:
+    for clients made by code that takes the settings, not a configuration."""
+    return settings.with_overrides(librdkafka={**settings.librdkafka, "logger": LIBRDKAFKA_LOG})
+
+
+def reachable(settings: Settings) -> Settings:
+    """:func:`check_reachable`, then :func:`logged` settings (a command's first step)."""
+    check_reachable(settings)
+    return logged(settings)

@@ -50,13 +50,17 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
 
 def _client(urls: tuple[str, ...], group_id: str | None, token_file: Path | None,
             ca_file: Path | None, timeout: float) -> Any:
+    from fifolane.cli.connect import check_reachable, logged
     from fifolane.client import StateClient, member_urls, read_token
     from fifolane.config import load_settings
 
     found = list(urls)
     if not found:
         settings = load_settings()
-        found = member_urls(settings, group_id)
+        # Kafka down is said as such (not "no worker publishes"), at once and in one line
+        topics = check_reachable(settings)
+        if settings.members_topic in topics:
+            found = member_urls(logged(settings), group_id, strict=True)
         if not found:
             raise ConfigError(f"no worker publishes a query address for input topic {settings.input_topic!r} "
                               f"in {settings.members_topic!r}: start the workers with --query-port, or pass --url")
