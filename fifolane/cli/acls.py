@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from fifolane.cli.connect import reachable
+
 __all__ = ["acls"]
 
 _ROLE_HELP = ("producer (write input), worker (its topics, group, transactional ids), listener-admin "
@@ -67,10 +69,10 @@ def apply(role: str, principal: str, dry_run: bool, **opts: Any) -> None:
 
     settings = load_settings()
     options = _options(**opts)
-    if dry_run:
+    if dry_run:  # no Kafka needed
         _show(role_grants(role, settings, **options), check_principal(principal), "would allow")
         return
-    grants = apply_role(settings, role, principal, **options)
+    grants = apply_role(reachable(settings), role, principal, **options)
     _show(grants, principal, "allowed")
     click.echo(f"{len(grants)} ACLs of role {role} for {principal}", err=True)
 
@@ -82,7 +84,7 @@ def remove(role: str, principal: str, **opts: Any) -> None:
     from fifolane.acls import remove_role
     from fifolane.config import load_settings
 
-    grants = remove_role(load_settings(), role, principal, **_options(**opts))
+    grants = remove_role(reachable(load_settings()), role, principal, **_options(**opts))
     _show(grants, principal, "removed")
 
 
@@ -96,7 +98,7 @@ def list_(principal: str | None) -> None:
     def name(enum: Any) -> str:  # the stubs also allow str and int here
         return str(getattr(enum, "name", enum))
 
-    for b in list_acls(load_settings(), principal):
+    for b in list_acls(reachable(load_settings()), principal):
         pattern = "*" if name(b.resource_pattern_type) == "PREFIXED" else ""
         click.echo(f"{name(b.permission_type):<6} {b.principal:<28} {name(b.operation):<17} "
                    f"{name(b.restype).lower()} {b.name}{pattern}")
@@ -110,8 +112,9 @@ def user(name: str, password_stdin: bool) -> None:
     from fifolane.acls import add_scram_user
     from fifolane.config import load_settings
 
+    settings = reachable(load_settings())
     given = sys.stdin.readline().rstrip("\n") if password_stdin else None
-    password = add_scram_user(load_settings(), name, given)
+    password = add_scram_user(settings, name, given)
     click.echo(f"SCRAM-SHA-512 user {name} (principal User:{name}) set", err=True)
     if not password_stdin:
         click.echo(f"FIFOLANE_SASL_USERNAME={name}\nFIFOLANE_SASL_PASSWORD={password}")

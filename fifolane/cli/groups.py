@@ -15,16 +15,32 @@ import click
 __all__ = ["groups"]
 
 
-def _settings() -> Any:
+def _settings() -> tuple[Any, set[str]]:
+    """The settings once Kafka answered (else one clear error; their clients log each line
+    once), and the topics it has."""
+    from fifolane.cli.connect import check_reachable, logged
     from fifolane.config import load_settings
 
-    return load_settings()
+    settings = load_settings()
+    topics = check_reachable(settings)
+    return logged(settings), topics
 
 
-def _parked(settings: Any) -> dict[str, Any]:
+def _parked(settings: Any, topics: set[str]) -> dict[str, Any]:
+    from confluent_kafka import KafkaException
+
+    from fifolane.errors import ConfigError
     from services.worker.parking import read_parked
 
-    return read_parked(settings.kafka_config(), settings.parked_topic)
+    if settings.parked_topic not in topics:
+        return {}  # no worker ever parked a group (asking for it by name could create it)
+    try:
+        return read_parked(settings.kafka_config(), settings.parked_topic)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else exc
+        raise ConfigError(f"cannot read the parked groups in {settings.parked_topic!r} on "
+                          f"{settings.resolved_bootstrap()}: {getattr(err, 'str', lambda: str(err))()}; "
+                          "is Kafka down or restarting? Try again when it is up") from None
 
 
 def _summary(p: Any) -> dict[str, Any]:
@@ -42,7 +58,7 @@ def groups() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 def parked(as_json: bool) -> None:
     """List the parked groups: reason, first error and held events."""
-    found = _parked(_settings())
+    found = _parked(*_settings())
     if as_json:
         for name in sorted(found):
             click.echo(json.dumps(_summary(found[name]), sort_keys=True))
@@ -67,7 +83,7 @@ def parked(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def show(group: str, as_json: bool) -> None:
     """Show one parked group and its held events, in the order they will be replayed."""
-    found = _parked(_settings()).get(group)
+    found = _parked(*_settings()).get(group)
     if found is None:
         click.echo(f"error: group {group!r} is not parked", err=True)
         sys.exit(2)
@@ -94,8 +110,8 @@ def release(group: str, skip_head: bool) -> None:
 
     from services.worker.parking import release_record
 
-    settings = _settings()
-    found = _parked(settings).get(group)
+    settings, topics = _settings()
+    found = _parked(settings, topics).get(group)
     if found is None:
         click.echo(f"error: group {group!r} is not parked: see `fifolane groups parked`", err=True)
         sys.exit(2)

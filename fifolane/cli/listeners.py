@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
+from fifolane.cli.connect import check_reachable
 from fifolane.errors import ExpressionError, ListenerError
 
 __all__ = ["listen", "listeners"]
@@ -70,6 +71,7 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
         _expression_error(exc, what)
     except ListenerError as exc:
         _fail(f"error: {exc}")
+    check_reachable(_settings())
     try:  # refused before anything is written if it can never work (listeners.validate)
         done = register(_settings(), spec, replace=replace)
     except ExpressionError as exc:
@@ -122,6 +124,7 @@ def list_(as_json: bool) -> None:
     filter, kinds and lease expiry. Invalid registrations are listed with their error."""
     from listeners.registry import read_registry
 
+    check_reachable(_settings())
     state = read_registry(_settings())
     status = state.status
     now = datetime.now(UTC)
@@ -152,6 +155,7 @@ def describe(name: str, as_json: bool) -> None:
     from listeners.registry import read_registry
 
     settings = _settings()
+    check_reachable(settings)
     state = read_registry(settings)
     if name in state.invalid:
         d: dict[str, Any] = {"name": name, "state": "invalid", "error": state.invalid[name],
@@ -193,6 +197,7 @@ def remove_(name: str) -> None:
     from listeners.registry import read_registry, remove
 
     settings = _settings()
+    check_reachable(settings)
     error = read_registry(settings).invalid.get(name)
     if not remove(settings, name):
         _fail(f"error: unknown listener {name!r}")
@@ -212,6 +217,7 @@ def listen(name: str, from_beginning: bool, max_: int | None, timeout: float | N
     from listeners.registry import get_listener
 
     settings = _settings()
+    check_reachable(settings)
     try:
         spec = get_listener(settings, name)
         access = KafkaAccess(settings.kafka_config())

@@ -11,6 +11,9 @@ import click
 
 __all__ = ["script", "worker"]
 
+#: how long the worker waits for Kafka at start-up (as long as its own clients' check)
+_KAFKA_WAIT_S = 30.0
+
 
 @click.command()
 @click.option("--app", "app_spec", default=None, metavar="MODULE:ATTR",
@@ -79,6 +82,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
+    from fifolane.cli.connect import check_reachable
     from fifolane.config import load_settings
     from services.worker.options import WorkerOptions, default_worker_id
     from services.worker.runtime import Worker, load_app
@@ -87,6 +91,9 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
     app = load_app(app_spec)
     _check_port(metrics_host, metrics_port, "--metrics-port")
     _check_port(query_host, query_port, "--query-port")
+    # Kafka first, quietly: with the worker's own patience (a cluster restarting), not its
+    # clients' FAIL lines; a stop signal ends the wait (the worker then stops at once)
+    check_reachable(settings, timeout=_KAFKA_WAIT_S, stop=lambda: bool(requested))
     opts = WorkerOptions(
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]
