@@ -54,7 +54,7 @@ from services.worker.rows import (
     Row,
     index_key,
 )
-from services.worker.storedirs import claim, drop
+from services.worker.storedirs import drop, make_root
 
 __all__ = [
     "MAX_GROUP_BYTES", "MAX_VERSION", "MIN_VERSION", "RAW_VERSION", "ROW_VERSION", "PartitionStore",
@@ -310,9 +310,7 @@ class StoreManager:
         self.before_close: Callable[[int], None] | None = None
         self._next_marker = 0.0
         self.group_index, self.read_value = group_index, read_value
-        self.root.mkdir(parents=True, exist_ok=True)
-        if owner is not None:  # one worker process per state directory (storedirs.claim)
-            claim(self.root, owner)
+        make_root(self.root, owner)  # owner: one worker process per state directory (storedirs.claim)
         self._cache = Cache(cache_mb << 20)
         self._wbm = WriteBufferManager.new_write_buffer_manager_with_cache(write_buffer_mb << 20, False, self._cache)
         self.stores: dict[int, PartitionStore] = {}

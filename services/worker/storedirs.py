@@ -30,11 +30,50 @@ from pathlib import Path
 
 from fifolane.errors import StateError
 
-__all__ = ["OWNER_FILE", "claim", "drop"]
+__all__ = ["OWNER_FILE", "claim", "drop", "make_root"]
 
 OWNER_FILE = "OWNER"
 #: root -> the open file holding its lock (for this process's life: closing it would let go).
 _HELD: dict[Path, int] = {}
+
+
+#: the most of another process's OWNER line a refusal shows
+_HOLDER_CHARS = 120
+
+
+def make_root(root: Path, worker_id: str | None) -> None:
+    """Make a store manager's directory ``root`` and, given the ``worker_id`` that owns it,
+    :func:`claim` it; :class:`StateError` naming the path and ``--state-dir`` if it cannot
+    be used (a file where a directory should be, no permission, OWNER a directory)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if worker_id is not None:
+            claim(root, worker_id)
+    except (NotADirectoryError, FileExistsError, IsADirectoryError, PermissionError, FileNotFoundError) as exc:
+        raise StateError(_unusable(root, exc)) from None
+
+
+def _unusable(root: Path, exc: OSError) -> str:
+    path = exc.filename or root
+    if isinstance(exc, IsADirectoryError):
+        why = f"{path} is a directory, not the lock file {OWNER_FILE} it should be: remove it"
+    elif isinstance(exc, NotADirectoryError | FileExistsError):
+        why = f"a part of {root} is a file, not a directory ({exc.strerror})"
+    elif isinstance(exc, PermissionError):
+        why = f"no permission to write {path}"
+    else:
+        why = f"{path} cannot be made ({exc.strerror})"
+    return (f"cannot use the state directory {root}: {why}; give --state-dir a directory this user "
+            "can create and write (default: <FIFOLANE_HOME>/state/<worker id>)")
+
+
+def _holder(fd: int) -> str:
+    """The other process's OWNER line, printable and short (it may hold anything)."""
+    text = os.read(fd, 500).decode("utf-8", "replace")
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(text) > _HOLDER_CHARS:
+        text = text[:_HOLDER_CHARS - 3] + "..."
+    return text or "unknown"
 
 
 def claim(root: Path, worker_id: str) -> None:
@@ -50,7 +89,7 @@ def claim(root: Path, worker_id: str) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 500).decode("utf-8", "replace").strip() or "unknown"
+        holder = _holder(fd)
         os.close(fd)
         raise StateError(
             f"another worker process uses the state directory {root} ({holder}): is a worker with "
