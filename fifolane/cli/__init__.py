@@ -63,7 +63,15 @@ def cli(verbose: int) -> None:
 def main() -> None:
     """Console-script entry point: fifolane errors become one clear line and exit code 2."""
     code = _run()  # outside the handlers: no traceback keeps a command's clients alive
-    release_clients()
+    try:
+        release_clients()
+    except KeyboardInterrupt:  # Ctrl-C while the clients close: they still must (see release_clients)
+        import signal
+
+        click.echo("interrupted: closing the Kafka clients (Ctrl-C again to quit at once)", err=True)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        release_clients()
+        code = code or 130
     sys.exit(code)
 
 

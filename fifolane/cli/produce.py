@@ -99,7 +99,11 @@ def produce(type_name: str, file: str, source: str | None, skip: int) -> None:
         _check_input_topic(settings)
         producer = stack.enter_context(EventProducer(settings, catalog, source,
                                                      producer_config={"logger": LIBRDKAFKA_LOG}))
-        report = producer.produce_lines(lines, type_name, on_error=on_error, skip=skip)
+        read = [0]  # lines read: is --skip past the end?
+        report = producer.produce_lines(_counted(lines, read), type_name, on_error=on_error, skip=skip)
+
+    if skip and read[0] < skip and not report.interrupted:
+        raise ConfigError(f"--skip {skip} is past the end of {name} ({read[0]} line(s)): nothing was sent")
 
     summary = (f"delivered {report.delivered} of {report.sent} {type_name} event(s) sent to "
                f"{settings.input_topic} (source {producer.source})")
@@ -124,6 +128,12 @@ def _check_input_topic(settings: Settings) -> None:
             f"the input topic {settings.input_topic} does not exist on {settings.resolved_bootstrap()}: "
             f"run `fifolane topics create` first (or set FIFOLANE_INPUT_TOPIC to the topic to use)"
         )
+
+
+def _counted(lines: Iterator[bytes], read: list[int]) -> Iterator[bytes]:
+    for line in lines:
+        read[0] += 1
+        yield line
 
 
 def _interrupted(resume: int, beyond: int) -> str:
