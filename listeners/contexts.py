@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import cel
-
+from listeners.celvalues import cel_context
 from listeners.index import project
 from listeners.plan import Needs
 
@@ -64,7 +63,7 @@ class Contexts:
                 meta = self._meta = {"partition": p, "offset": offset, "timestamp": ts,
                                      "version": version, "type": self.type}  # fmt: skip
             variables["meta"] = dict(meta)
-        return cel.Context(variables)
+        return cel_context(variables)  # converts dates, times, UUIDs only if CEL refused them
 
     def get(self, side: str) -> Any:
         """``new``: value=new (kind = table change); ``old``: the old state as the value

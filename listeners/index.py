@@ -8,7 +8,12 @@ compares numbers across types (``1 == 1.0`` is true), exactly like Python's ``ha
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import date, datetime, time
+from decimal import Decimal
 from typing import Any
+from uuid import UUID
+
+from listeners.celvalues import cel_value
 
 __all__ = ["MISSING", "eq_key", "lookup", "project"]
 
@@ -27,6 +32,10 @@ def eq_key(v: Any) -> tuple[str, Any] | None:
         return ("s", str(v))
     if isinstance(v, bytes):
         return ("y", v)
+    if isinstance(v, Decimal):  # CEL sees a double (listeners.celvalues)
+        return ("n", float(v))
+    if isinstance(v, date | time | UUID) and not isinstance(v, datetime):  # CEL sees a string
+        return ("s", cel_value(v))
     return None
 
 

@@ -16,7 +16,8 @@ absent counts as "not matching"); the old state is decoded only if something nee
 index takes the old state's group and key fields from the stored row: ``known``); identical
 filters run once per state; simple comparison chains run natively; one CEL context per
 state, with only the fields registered expressions read. A filter that fails at run time
-counts as not matching; the error is counted per listener. A CEL evaluation that takes more
+(any exception, building the context too) counts as not matching; the error is counted per
+listener, at most once per change. A CEL evaluation that takes more
 than ``budget`` CPU seconds counts against its listeners; one over budget too often
 (:meth:`ListenerSet._timed`) is reported in :attr:`ListenerSet.overruns`, and the runtime
 suspends it.
@@ -34,7 +35,6 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from listeners.contexts import UNSET, Contexts
-from listeners.expr import EvaluationError
 from listeners.index import MISSING, eq_key, lookup
 from listeners.native import FALLBACK
 from listeners.plan import (
@@ -145,7 +145,7 @@ class ListenerSet:
         if name in self._plans:
             st = self.stats(name)
             st.notifications -= 1
-            count_error(self._plans.listener(name), message, self.failing)
+            count_error(self._plans.listener(name), message, self.failing, self.changes)
 
     # -- matching ------------------------------------------------------------------------------
     def match(self, change: Change) -> list[Notification]:
@@ -303,8 +303,8 @@ class ListenerSet:
                 result = self._timed(expr.test, ctx.get(side), (lst,))
             if not result:
                 return None
-        except EvaluationError as exc:
-            count_error(lst, str(exc), self.failing)
+        except Exception as exc:  # noqa: BLE001 - any failure is the listener's, not the worker's
+            count_error(lst, exc, self.failing)
             return None
         out: list[Notification] = []
         self._emit(lst, "created", ctx, out)
@@ -316,16 +316,16 @@ class ListenerSet:
             return True  # a pure equality: the index lookup already matched
         self.evaluations += 1
         native = expr.native
-        if native is not None:  # plain data and a simple filter: no CEL context at all
-            result = native(ctx.key, ctx.old_state() if side == "old" else ctx.new)
-            if result is not FALLBACK:
-                return bool(result)
-        try:
+        try:  # any exception (building the context too) is the listeners' error, not the worker's
+            if native is not None:  # plain data and a simple filter: no CEL context at all
+                result = native(ctx.key, ctx.old_state() if side == "old" else ctx.new)
+                if result is not FALLBACK:
+                    return bool(result)
             return bool(self._timed(expr.test, ctx.get(side), f.listeners.values()))
-        except EvaluationError as exc:
+        except Exception as exc:  # noqa: BLE001
             for lst in f.listeners.values():
                 if lst.type is None or lst.type == type_:
-                    count_error(lst, str(exc), self.failing)
+                    count_error(lst, exc, self.failing, self.changes)
             return False
 
     def _timed(self, run: Callable[[Any], Any], arg: Any, owners: Any) -> Any:
@@ -372,15 +372,15 @@ class ListenerSet:
             else:
                 self.conversions += 1
                 native = lst.converter.native
-                result = native(ctx.key, ctx.new) if native is not None else FALLBACK
-                if result is not FALLBACK:
-                    lst.stats.notifications += 1
-                    out.append(Notification(lst.name, kind, result))
-                    return
-                try:
+                try:  # any exception is the listener's error, not the worker's
+                    result = native(ctx.key, ctx.new) if native is not None else FALLBACK
+                    if result is not FALLBACK:
+                        lst.stats.notifications += 1
+                        out.append(Notification(lst.name, kind, result))
+                        return
                     projection = self._timed(lst.converter.project, ctx.converter(kind), (lst,))
-                except EvaluationError as exc:
-                    count_error(lst, str(exc), self.failing)
+                except Exception as exc:  # noqa: BLE001
+                    count_error(lst, exc, self.failing, self.changes)
                     return
         lst.stats.notifications += 1
         out.append(Notification(lst.name, kind, projection))

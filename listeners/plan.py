@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from fifolane.errors import ListenerError
-from listeners.expr import CompiledExpr, compile_converter, compile_filter
+from listeners.expr import CompiledExpr, EvaluationError, compile_converter, compile_filter
 from listeners.index import eq_key
 from listeners.native import SharedComparisons, shape_of
 
@@ -56,6 +56,7 @@ class ListenerStats:
     overruns: int = 0
     longest: float = 0.0
     last_overrun: float = 0.0
+    error_change: int = -1  # the change whose error was counted last (see count_error)
 
 
 class Listener:
@@ -68,10 +69,24 @@ class Listener:
         self.stats = ListenerStats()
 
 
-def count_error(lst: Listener, message: str, failing: set[str]) -> None:
+def count_error(lst: Listener, error: str | Exception, failing: set[str], change: int | None = None) -> None:
     """A run-time evaluation error of ``lst``: counted, kept as its last error, its name added
-    to ``failing`` (the runtime reports it in a status record, rate-limited) and logged."""
+    to ``failing`` (the runtime reports it in a status record, rate-limited) and logged.
+
+    ``error``: the message, or the exception (any: building a context or running CEL may raise
+    more than :class:`EvaluationError`). ``change``: the number of the change (the matcher's
+    count); a listener's errors count once per change (a filter fails on the old and on the
+    new state: one error), None counts every call."""
+    if isinstance(error, str | EvaluationError):
+        message = str(error)
+    else:
+        message = f"{type(error).__name__}: {error}"
     st = lst.stats
+    if change is not None:
+        if st.error_change == change:
+            st.last_error = message
+            return
+        st.error_change = change
     st.errors += 1
     st.last_error = message
     failing.add(lst.name)
