@@ -3,14 +3,17 @@
 :func:`avro_type` turns a (fastavro-parsed) Avro schema into a :class:`T`; the checker
 (:mod:`listeners.typecheck`) infers the type of every part of an expression from it. Only
 what is certain gets a type: a union of several non-null types, a named-type reference, a
-logical type (dates, timestamps, decimals, UUIDs) and anything this module does not know are
-``dyn``, and ``dyn`` is accepted everywhere. A nullable field (a union with ``null``) has the
+logical type this module does not know (or on another base type) and anything else not certain
+is ``dyn``, and ``dyn`` is accepted everywhere. A nullable field (a union with ``null``) has the
 type of its other member, marked ``nullable``.
 
 How a decoded Avro value reaches CEL: ``int``/``long`` are CEL ``int``, ``float``/``double``
 ``double``, ``string`` and ``enum`` ``string``, ``bytes``/``fixed`` ``bytes``, ``boolean``
 ``bool``, ``array`` a list, ``map`` a map with string keys, a nested ``record`` a map whose
-keys are its field names (reading another one is a ``KeyError`` at run time).
+keys are its field names (reading another one is a ``KeyError`` at run time). Logical types
+(:mod:`listeners.celvalues`): ``date``, ``time-millis``/``time-micros`` and ``uuid`` are
+``string`` (ISO), ``timestamp-*``/``local-timestamp-*`` ``timestamp``, ``decimal`` on bytes
+``double``.
 """
 
 from __future__ import annotations
@@ -60,6 +63,14 @@ _PRIMITIVES = {"null": NULL, "boolean": BOOL, "int": INT, "long": INT, "float": 
                "double": T("double"), "bytes": T("bytes"), "string": STRING}  # fmt: skip
 
 
+#: What listeners.celvalues hands CEL for a logical type on its base type (others: dyn).
+#: A decimal is a double in CEL; a local timestamp a timestamp (as UTC).
+_LOGICAL = {("date", "int"): STRING, ("time-millis", "int"): STRING, ("time-micros", "long"): STRING,
+            ("uuid", "string"): STRING, ("decimal", "bytes"): T("double"),
+            **{(f"{p}timestamp-{u}", "long"): T("timestamp")
+               for p in ("", "local-") for u in ("millis", "micros")}}  # fmt: skip
+
+
 def avro_type(schema: Any, depth: int = 0, named: dict[str, T] | None = None) -> T:
     """The static type of values decoded with ``schema`` (``dyn`` when not certain).
 
@@ -76,8 +87,11 @@ def avro_type(schema: Any, depth: int = 0, named: dict[str, T] | None = None) ->
         if len(others) == 1:
             return replace(others[0], nullable=len(members) > 1)
         return NULL if not others else DYN
-    if not isinstance(schema, dict) or "logicalType" in schema:
+    if not isinstance(schema, dict):
         return DYN
+    if "logicalType" in schema:
+        lt, base = schema["logicalType"], schema.get("type")
+        return _LOGICAL.get((lt, base), DYN) if isinstance(lt, str) and isinstance(base, str) else DYN
     kind = schema.get("type")
     if kind in ("record", "error", "enum", "fixed"):
         if kind in ("record", "error"):
