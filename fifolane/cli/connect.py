@@ -35,7 +35,7 @@ __all__ = ["CHECK_TIMEOUT_S", "LIBRDKAFKA_LOG", "LibrdkafkaLog", "check_reachabl
 CHECK_TIMEOUT_S = 5.0
 _LOGIN_ERRORS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 # The parts of a librdkafka line that change between repeats of one problem.
-_VARYING = re.compile(r"\s*\(after \d+ms in state \w+[^)]*\)|\s*\d+ms\b|: \d+/\d+ brokers are down")
+_VARYING = re.compile(r"\s*\(after \d+ms in state \w+(?:[^()]|\([^()]*\))*\)|\s*\d+ms\b|: \d+/\d+ brokers are down")
 
 
 class LibrdkafkaLog:
@@ -122,7 +122,7 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S,
     reason = quiet.last or (last.str() if isinstance(last, KafkaError) else str(last))
     reason = re.sub(r"^\[thrd:[^\]]*\]: |^\S+/(bootstrap|\d+): ", "", reason or "no answer")
     reason = re.sub(r"^\S+/(bootstrap|\d+): ", "", reason)
-    reason = re.sub(r"\s*\(after \d+ms in state \w+[^)]*\)", "", reason)
+    reason = re.sub(r"\s*\(after \d+ms in state \w+(?:[^()]|\([^()]*\))*\)", "", reason)
     raise ConfigError(
         f"cannot reach Kafka at {bootstrap}: no broker answered within {timeout:.0f}s ({reason}); "
         f"{unreachable_hint(settings)}"
