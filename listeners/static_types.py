@@ -29,13 +29,15 @@ __all__ = ["BOOL", "DYN", "INT", "NULL", "STRING", "T", "avro_type", "meta_type"
 class T:
     """A static type: ``kind`` is one of int, uint, double, string, bytes, bool, null, list,
     map, record, timestamp, duration, type, dyn. ``fields``: a record's fields; ``elem``: a
-    list's element or a map's value type; ``name``: a record's type name (for messages)."""
+    list's element or a map's value type; ``key``: a map's key type (None: not known);
+    ``name``: a record's type name (for messages)."""
 
     kind: str
     fields: Mapping[str, T] | None = None
     elem: T | None = None
     nullable: bool = False
     name: str = ""
+    key: T | None = None
 
     @property
     def known(self) -> bool:
@@ -111,7 +113,7 @@ def avro_type(schema: Any, depth: int = 0, named: dict[str, T] | None = None) ->
     if kind == "array":
         return T("list", elem=avro_type(schema.get("items"), depth + 1, named))
     if kind == "map":
-        return T("map", elem=avro_type(schema.get("values"), depth + 1, named))
+        return T("map", elem=avro_type(schema.get("values"), depth + 1, named), key=STRING)  # Avro map keys are strings
     return avro_type(kind, depth + 1, named) if isinstance(kind, (str, list)) else DYN
 
 

@@ -20,6 +20,7 @@ expression that could evaluate for some record.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping
 
 from listeners._parser import (
@@ -61,6 +62,24 @@ _RESULTS = {"size": INT, "int": INT, "uint": T("uint"), "double": T("double"), "
             "bytes": T("bytes"), "duration": T("duration"), "timestamp": T("timestamp"),
             "contains": BOOL, "startsWith": BOOL, "endsWith": BOOL, "matches": BOOL,
             "all": BOOL, "exists": BOOL, "exists_one": BOOL}  # fmt: skip
+
+
+def _join(a: T, b: T) -> T:
+    """The type of a value that is either ``a`` or ``b`` (list items, map values, a ternary's
+    branches, list concatenation): dyn where the two do not agree, so nothing is refused
+    about a value that may be of either type."""
+    if a == b:
+        return a
+    if a.kind != b.kind or a.kind in ("record", "dyn"):
+        return DYN
+    if a.kind in ("list", "map"):
+        key = _join(a.key or DYN, b.key or DYN) if a.kind == "map" else None
+        return T(a.kind, elem=_join(a.elem or DYN, b.elem or DYN), key=key)
+    return T(a.kind, nullable=a.nullable or b.nullable)
+
+
+def _joined(types: list[T]) -> T:
+    return functools.reduce(_join, types) if types else DYN
 
 
 def _a(t: T) -> str:
@@ -178,25 +197,22 @@ class _Checker:
             return self.binary(node, scope)
         if isinstance(node, Cond):
             self.want_bool(self.walk(node.cond, scope), node.cond, "a condition '?'")
-            a, b = self.walk(node.then, scope), self.walk(node.other, scope)
-            return a if a.kind == b.kind else DYN
+            return _join(self.walk(node.then, scope), self.walk(node.other, scope))
         if isinstance(node, ListLit):
-            items = [self.walk(n, scope) for n in node.items]
-            kinds = {t.kind for t in items}
-            return T("list", elem=items[0] if len(kinds) == 1 else DYN)
+            return T("list", elem=_joined([self.walk(n, scope) for n in node.items]))
         if isinstance(node, MapLit):
-            values = []
+            keys, values = [], []
             for k, v in node.entries:
                 if node.message is None:
                     kt = self.walk(k, scope)
                     if kt.known and kt.kind not in _KEY_KINDS:
                         raise self.fail(f"map keys must be int, uint, bool or string; the key {self.text(k)} "
                                         f"is {_a(kt)}", k)  # fmt: skip
+                    keys.append(kt)
                 values.append(self.walk(v, scope))
             if node.message is not None:
                 return DYN
-            kinds = {t.kind for t in values}
-            return T("map", elem=values[0] if len(kinds) == 1 else DYN)
+            return T("map", elem=_joined(values), key=_joined(keys))
         return DYN
 
     def field(self, node: Node, operand: Node, name: str, scope: Mapping[str, T], at: int) -> T:
@@ -227,7 +243,7 @@ class _Checker:
             return BOOL
         if node.name in MACROS and node.target is not None and args and isinstance(args[0], Ident):
             rt = self.walk(node.target, scope)
-            var = (rt.elem or DYN) if rt.kind == "list" else (STRING if rt.kind in ("map", "record") else DYN)
+            var = {"list": rt.elem or DYN, "map": rt.key or DYN, "record": STRING}.get(rt.kind, DYN)
             inner = {**scope, args[0].name: var}
             body = [self.walk(a, inner) for a in args[1:]]
             if node.name == "map" and body:
@@ -277,7 +293,7 @@ class _Checker:
         if kind is None:
             raise self.fail(f"'{op}' is not defined for {pair}; CEL does not convert between types: "
                             f"convert explicitly, e.g. double(x) or int(x)", node)  # fmt: skip
-        return T(kind, elem=a.elem if kind == "list" else None)
+        return T(kind, elem=_join(a.elem or DYN, b.elem or DYN)) if kind == "list" else T(kind)
 
 
 def infer(src: str, root: Node, env: Mapping[str, T]) -> T:

@@ -176,9 +176,26 @@ def test_valid_filters_of_the_bundled_type_are_accepted(filter_: str) -> None:
     "has(value.billing.town)",
     "value.lines.filter(l, l.qty > 1).size() > 0",
     "size(value.lines) > 0 ? value.lines[0].qty > 1 : false",
+    # where two types meet (a ternary's branches, list items, concatenation, a map
+    # literal's keys), the value may be of either: nothing about it is refused
+    '{1: "a", 2: "b"}.exists(k, k > 1)',  # a map literal's keys are ints
+    '{1: "a"}.map(k, k + 1)[0] == 2',
+    '{true: 1, "x": 2}.exists(k, k == "x")',  # keys of two types: dyn
+    '(value.lines.map(l, l.qty) + ["a"]).exists(x, x == "a")',
+    '(value.paid ? [1] : ["a"]).exists(x, x == "a")',
+    '[1, "a"].exists(x, x == "a")',
+    '[[1], ["a"]][1][0] == "a"',
+    '(value.paid ? {"k": 1} : {"k": "v"}).k == "v"',
+    'value.tags.exists(k, k.startsWith("x"))',  # an Avro map's keys are strings
 ])  # fmt: skip
 def test_valid_filters_of_a_richer_schema_are_accepted(catalog: SchemaCatalog, filter_: str) -> None:
     check_registration(ListenerSpec(name="l", type="order", filter=filter_), catalog)
+
+
+def test_where_two_types_agree_mismatches_are_still_refused(catalog: SchemaCatalog) -> None:
+    assert "never equal" in str(refusal(catalog, type="order", filter='{1: "a"}.exists(k, k == "a")'))
+    assert "never equal" in str(refusal(catalog, type="order", filter='(value.paid ? [1] : [2]).exists(x, x == "a")'))
+    assert "never equal" in str(refusal(catalog, type="order", filter='value.tags.exists(k, k == 3)'))
 
 
 def test_valid_converters_are_accepted(catalog: SchemaCatalog) -> None:
