@@ -71,8 +71,16 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
         _expression_error(exc, what)
     except ListenerError as exc:
         _fail(f"error: {exc}")
+    try:  # refused before anything is written, or Kafka is asked, if it can never work (listeners.validate)
+        from listeners.validate import check_registration, load_catalog
+
+        check_registration(spec, load_catalog(_settings()) if spec.type is not None else None)
+    except ExpressionError as exc:
+        _expression_error(exc, "converter" if convert is not None and exc.expression == convert else "filter")
+    except ListenerError as exc:
+        _fail(f"error: {exc}")
     check_reachable(_settings())
-    try:  # refused before anything is written if it can never work (listeners.validate)
+    try:
         done = register(_settings(), spec, replace=replace)
     except ExpressionError as exc:
         _expression_error(exc, "converter" if convert is not None and exc.expression == convert else "filter")

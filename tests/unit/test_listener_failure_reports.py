@@ -176,6 +176,7 @@ def _state() -> RegistryState:
 
 
 def test_describe_and_list_show_the_failing_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("fifolane.cli.listeners.check_reachable", lambda *_a, **_k: None)  # no broker here
     monkeypatch.setattr(registry, "read_registry", lambda *_a, **_k: _state())
     runner = CliRunner()
     described = runner.invoke(listeners_cli, ["describe", "bad"])
@@ -198,6 +199,7 @@ def test_describe_and_list_show_the_failing_workers(monkeypatch: pytest.MonkeyPa
 
 
 def test_a_suspension_outranks_failing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("fifolane.cli.listeners.check_reachable", lambda *_a, **_k: None)  # no broker here
     state = _state()
     st = ListenerStatus("bad", "w2", "suspended", "over budget", T0.isoformat(), T0)
     state.apply(RegistryRecord(status_key("bad", "w2"), st.to_json(), 9))
