@@ -94,7 +94,7 @@ def claim(root: Path, worker_id: str) -> None:
         raise StateError(
             f"another worker process uses the state directory {root} ({holder}): is a worker with "
             f"--worker-id {worker_id} running on this machine already? Give each worker its own "
-            "--worker-id (or its own --state-dir), or stop the other one first") from None
+            "--worker-id (the same id with another --state-dir fences the running worker), or stop the other one first") from None
     os.ftruncate(fd, 0)
     os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, since "
                  f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode())

@@ -161,8 +161,8 @@ def test_another_holders_garbled_owner_is_shown_short_and_printable(tmp_path: Pa
     assert len(holder) == 120
     assert str(err.value) == (
         f"another worker process uses the state directory {root.resolve()} ({holder}): is a worker with "
-        "--worker-id w1 running on this machine already? Give each worker its own --worker-id (or its own "
-        "--state-dir), or stop the other one first")
+        "--worker-id w1 running on this machine already? Give each worker its own --worker-id (the same id "
+        "with another --state-dir fences the running worker), or stop the other one first")
 
 
 # --- produce --------------------------------------------------------------------------------

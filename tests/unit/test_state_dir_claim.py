@@ -40,7 +40,7 @@ def test_a_second_process_cannot_claim_a_held_directory(tmp_path: Path) -> None:
         text = str(caught.value)
         assert text.startswith(f"another worker process uses the state directory {root.resolve()} (pid {holder.pid} on ")
         assert "is a worker with --worker-id w1 running on this machine already?" in text
-        assert "own --worker-id (or its own --state-dir)" in text
+        assert "own --worker-id (the same id with another --state-dir fences the running worker)" in text
         assert root.resolve() not in storedirs._HELD
     finally:
         assert holder.stdin is not None
