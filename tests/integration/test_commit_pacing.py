@@ -79,10 +79,12 @@ def test_a_steady_stream_is_committed_as_it_flows(settings: Settings, topics: An
     # visible uncommitted, so its offsets wait for a pause of the input (pacing.PAUSE_S,
     # 20 ms, shorter than the 50 ms between bursts) or the interval. The claims read back
     # ~20-40 ms after each burst (the producer's linger) often fill that pause: 18-31 commits
-    # for 60 bursts here, 29 in a loaded CI run. A worker that kept to its 10-minute interval
-    # would commit once, at the end.
+    # for 60 bursts here, 29 in a loaded CI run. How many bursts a commit spans depends on the
+    # machine: on a slower one (2026-11-29) exactly-once made 4-29 commits, the code of the
+    # day before included, as commits took longer and bursts came during them. A worker that
+    # kept to its 10-minute interval would commit once, at the end.
     assert PAUSE_S < 0.05
-    assert commits >= (batches // 2 if guarantee == "exactly-once" else 6)
+    assert commits >= 3
     table = read_table(settings)
     assert {k: v for k, (v, _r) in table.items()} == {f"reservation/{r}": 1 for r in earlier + sent}
     assert committed_input(settings, w.worker.group_id) == len(earlier) + n
