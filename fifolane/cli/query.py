@@ -92,23 +92,18 @@ def _get(client: Any, timeout: float, *args: Any, **kw: Any) -> Any:
     would be retried for the whole ``timeout`` as a rebalance)."""
     from fifolane.query import QueryError
 
-    client.timeout = min(timeout, _NO_ADDRESS_S)
-    try:
-        return client.get(*args, **kw)
-    except QueryError as exc:
-        why = _no_address(exc)
-        if why is not None:
-            raise QueryError(why, status=exc.status, answer=exc.answer) from None
-        if timeout <= _NO_ADDRESS_S or exc.status not in ("unavailable", "restoring"):
-            raise
-    client.timeout = timeout - _NO_ADDRESS_S
-    try:
-        return client.get(*args, **kw)
-    except QueryError as exc:
-        why = _no_address(exc)
-        if why is not None:
-            raise QueryError(why, status=exc.status, answer=exc.answer) from None
-        raise
+    first = min(timeout, _NO_ADDRESS_S)
+    for again, limit in enumerate((first, timeout - first)):  # a short try, then the rest of the time
+        client.timeout = limit
+        try:
+            return client.get(*args, **kw)
+        except QueryError as exc:
+            why = _no_address(exc)
+            if why is not None:
+                raise QueryError(why, status=exc.status, answer=exc.answer) from None
+            if again or timeout <= first or exc.status not in ("unavailable", "restoring"):
+                raise
+    raise AssertionError("unreachable: the second try returns or raises")
 
 
 @click.command()
