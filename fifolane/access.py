@@ -25,9 +25,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from fifolane.errors import ConfigError
+from fifolane.errors import ConfigError, LoginRefusedError
 
-__all__ = ["KafkaAccess", "TopicAccess", "kafka_said", "principal_of"]
+__all__ = ["KafkaAccess", "TopicAccess", "is_login_error", "kafka_said", "login_refused", "principal_of"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,43 @@ def kafka_said(text: str) -> str:
     (``sasl_ssl://h:9092/bootstrap: SSL handshake failed: ... (after 10ms in state X)``)."""
     text = re.sub(r"^\S+://\S+: ", "", text.strip())
     return re.sub(r"\s*\(after \d+ms in state \w+.*\)$", "", text)
+
+
+def is_login_error(err: KafkaError) -> bool:
+    """Does ``err`` say the login or the TLS handshake was refused (no retry can help)?"""
+    return err.code() in _LOGIN_ERRORS
+
+
+def login_refused(err: KafkaError, conf: Mapping[str, Any]) -> LoginRefusedError:
+    """The error to show for a refused login or TLS handshake (``err``, see
+    :func:`is_login_error`) of a client configured with ``conf``: what failed, and which
+    setting to change."""
+    bootstrap = conf.get("bootstrap.servers")
+    said = kafka_said(err.str())
+    if err.code() == KafkaError._AUTHENTICATION:
+        user = principal_of(conf)
+        who = f"{user} ({conf.get('sasl.mechanism')})" if user else "this client"
+        if "invalid credentials" in said:
+            return LoginRefusedError(
+                f"Kafka at {bootstrap} refused the login of {who}: wrong user name or "
+                f"password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD)"
+            )
+        return LoginRefusedError(
+            f"Kafka at {bootstrap} refused the login of {who}: {said}; check "
+            f"FIFOLANE_SASL_MECHANISM and FIFOLANE_SECURITY_PROTOCOL"
+        )
+    if "certificate verify failed" in said:
+        return LoginRefusedError(
+            f"the TLS handshake with Kafka at {bootstrap} failed: the broker's certificate is not "
+            f"signed by a CA in FIFOLANE_SSL_CA_LOCATION ({conf.get('ssl.ca.location', 'not set')}); "
+            f"set it to the CA that signed the brokers' certificates (`fifolane kafka up --secure` "
+            f"prints it)"
+        )
+    return LoginRefusedError(
+        f"the TLS handshake with Kafka at {bootstrap} failed: {said}; check "
+        f"FIFOLANE_SSL_CA_LOCATION (the CA that signed the brokers' certificates) and "
+        f"FIFOLANE_SECURITY_PROTOCOL"
+    )
 
 
 class TopicAccess:
@@ -92,10 +129,6 @@ class KafkaAccess:
     def _login_error(self) -> KafkaError | None:
         return self._errors[0] if self._errors else None
 
-    def _who(self) -> str:
-        mech = self.conf.get("sasl.mechanism")
-        return f"{self.principal} ({mech})" if self.principal else "this client"
-
     def login(self) -> None:
         """Connect once; :class:`ConfigError` if Kafka refuses the login or the TLS handshake
         fails (at the first refusal, not after a time-out), or no broker answers."""
@@ -119,31 +152,8 @@ class KafkaAccess:
 
     def _raise_login_error(self, bootstrap: Any) -> None:
         err = self._login_error
-        if err is None:
-            return
-        said = kafka_said(err.str())
-        if err.code() == KafkaError._AUTHENTICATION:
-            if "invalid credentials" in said:
-                raise ConfigError(
-                    f"Kafka at {bootstrap} refused the login of {self._who()}: wrong user name or "
-                    f"password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD)"
-                )
-            raise ConfigError(
-                f"Kafka at {bootstrap} refused the login of {self._who()}: {said}; check "
-                f"FIFOLANE_SASL_MECHANISM and FIFOLANE_SECURITY_PROTOCOL"
-            )
-        if "certificate verify failed" in said:
-            raise ConfigError(
-                f"the TLS handshake with Kafka at {bootstrap} failed: the broker's certificate is not "
-                f"signed by a CA in FIFOLANE_SSL_CA_LOCATION ({self.conf.get('ssl.ca.location', 'not set')}); "
-                f"set it to the CA that signed the brokers' certificates (`fifolane kafka up --secure` "
-                f"prints it)"
-            )
-        raise ConfigError(
-            f"the TLS handshake with Kafka at {bootstrap} failed: {said}; check "
-            f"FIFOLANE_SSL_CA_LOCATION (the CA that signed the brokers' certificates) and "
-            f"FIFOLANE_SECURITY_PROTOCOL"
-        )
+        if err is not None:
+            raise login_refused(err, {**self.conf, "bootstrap.servers": bootstrap})
 
     def topics(self, names: Collection[str]) -> dict[str, TopicAccess]:
         """What the principal may do on each of ``names`` (after :meth:`login`)."""

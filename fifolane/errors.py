@@ -2,6 +2,7 @@
 
     FifolaneError
     ├── ConfigError            bad settings (unknown key, wrong type)
+    │   └── LoginRefusedError  Kafka refused the login or the TLS handshake (never retried)
     ├── SchemaError            bad .avsc declaration (group/key/version attributes)
     │   └── UnknownSchemaError no writer schema for a fingerprint / id
     ├── SerializationError     a value does not fit its schema / undecodable bytes
@@ -34,6 +35,7 @@ __all__ = [
     "KafkaClientError",
     "KafkaRetriableError",
     "ListenerError",
+    "LoginRefusedError",
     "ProducerFatalError",
     "ProducerFencedError",
     "RecordRefusedError",
@@ -56,6 +58,10 @@ class FifolaneError(Exception):
 
 class ConfigError(FifolaneError):
     """Settings could not be loaded: unknown key, wrong type or missing value."""
+
+
+class LoginRefusedError(ConfigError):
+    """Kafka refused the login (SASL) or the TLS handshake: the settings must change."""
 
 
 class SchemaError(FifolaneError):

@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 from fifolane.errors import FifolaneError
 from spark.packages import check_versions, connector_packages
 
-__all__ = ["SparkStartError", "get_session", "ivy_dir", "new_log_file", "session_log", "spark_home",
+__all__ = ["SparkStartError", "check_master_reachable", "get_session", "ivy_dir", "new_log_file", "session_log", "spark_home",
            "spark_running"]
 
 # Small-machine defaults (2 cores, a few GB): few shuffle partitions, no UI, UTC everywhere
@@ -141,7 +141,7 @@ def get_session(
             )
         return SparkSession.builder.getOrCreate()
 
-    _check_master_reachable(master)
+    check_master_reachable(master)
     ivy.mkdir(parents=True, exist_ok=True)
     spark_conf = SparkConf().setMaster(master).setAppName(app_name)
     for key, value in settings.items():
@@ -182,7 +182,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else repr(exc)
 
 
-def _check_master_reachable(master: str, timeout: float = 5.0) -> None:
+def check_master_reachable(master: str, timeout: float = 5.0) -> None:
     """A ``spark://host:port`` master that does not answer is refused at once (Spark itself
     would retry for a minute and then fail with "All masters are unresponsive")."""
     if not master.startswith("spark://"):

@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from fifolane.access import is_login_error, login_refused
 from fifolane.config import Settings
 from fifolane.errors import ConfigError
 
@@ -33,7 +34,6 @@ __all__ = ["CHECK_TIMEOUT_S", "LIBRDKAFKA_LOG", "LibrdkafkaLog", "check_reachabl
 
 #: How long :func:`check_reachable` waits for a broker to answer.
 CHECK_TIMEOUT_S = 5.0
-_LOGIN_ERRORS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
 # The parts of a librdkafka line that change between repeats of one problem.
 _VARYING = re.compile(r"\s*\(after \d+ms in state \w+(?:[^()]|\([^()]*\))*\)|\s*\d+ms\b|: \d+/\d+ brokers are down")
 
@@ -91,7 +91,7 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S,
 
     :class:`ConfigError` when no broker answers within ``timeout`` seconds (naming the
     bootstrap servers and the setting to change), or at once when a broker refuses the
-    login or the TLS handshake. ``stop`` returning True ends the wait early (an empty set)."""
+    login or the TLS handshake (:class:`LoginRefusedError`, a ConfigError). ``stop`` returning True ends the wait early (an empty set)."""
     bootstrap = settings.resolved_bootstrap()
     quiet = LibrdkafkaLog("fifolane.librdkafka.check", max_level=logging.DEBUG)
     errors: list[KafkaError] = []
@@ -107,12 +107,9 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S,
             except KafkaException as exc:
                 last = exc.args[0] if exc.args else exc
             admin.poll(0)  # serves the error callback and the log lines
-            refused = next((e for e in errors if e.code() in _LOGIN_ERRORS), None)
-            if refused is not None:
-                raise ConfigError(
-                    f"Kafka at {bootstrap} refused the connection: {refused.str()}; check "
-                    f"FIFOLANE_SECURITY_PROTOCOL, FIFOLANE_SASL_* and FIFOLANE_SSL_CA_LOCATION"
-                )
+            refused = next((e for e in errors if is_login_error(e)), None)
+            if refused is not None:  # the same words as the worker's own check (fifolane.access)
+                raise login_refused(refused, {**conf, "bootstrap.servers": bootstrap})
             if time.monotonic() >= deadline:
                 break
             if stop is not None and stop():

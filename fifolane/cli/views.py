@@ -85,8 +85,10 @@ def build(as_of: str | None, allow_compacted: bool, out: Path | None, master: st
     when = parse_as_of(as_of) if as_of else None
     from fifolane.cli.connect import check_reachable
     from spark.packages import check_versions
+    from spark.session import check_master_reachable
 
     check_versions()  # a pyspark that cannot run Spark's Kafka connector: refused first (no Kafka needed)
+    check_master_reachable(master)  # a socket connect: before Kafka's seconds of patience
     check_reachable(settings)  # Spark would wait for minutes
     if when is not None:
         from spark.history import history_window

@@ -84,6 +84,7 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
     signal.signal(signal.SIGINT, _term)
     from fifolane.cli.connect import check_reachable
     from fifolane.config import load_settings
+    from fifolane.errors import LoginRefusedError, WorkerError
     from services.worker.options import WorkerOptions, default_worker_id
     from services.worker.runtime import Worker, load_app
 
@@ -93,7 +94,10 @@ def worker(app_spec: str | None, concurrency: int, worker_id: str | None, group_
     _check_port(query_host, query_port, "--query-port")
     # Kafka first, quietly: with the worker's own patience (a cluster restarting), not its
     # clients' FAIL lines; a stop signal ends the wait (the worker then stops at once)
-    check_reachable(settings, timeout=_KAFKA_WAIT_S, stop=lambda: bool(requested))
+    try:
+        check_reachable(settings, timeout=_KAFKA_WAIT_S, stop=lambda: bool(requested))
+    except LoginRefusedError as exc:  # the words of the worker's own check (Worker.connect)
+        raise WorkerError(f"the worker cannot start: {exc}") from exc
     opts = WorkerOptions(
         worker_id=worker_id or default_worker_id(), group_id=group_id, concurrency=concurrency,
         guarantee=guarantee,  # type: ignore[arg-type]

@@ -3,7 +3,10 @@ transactional-id refusal naming the grant (end to end: tests/secure/test_refusal
 
 from __future__ import annotations
 
-from fifolane.access import kafka_said, principal_of
+from confluent_kafka import KafkaError
+
+from fifolane.access import is_login_error, kafka_said, login_refused, principal_of
+from fifolane.errors import ConfigError, LoginRefusedError
 from services.worker.clients import producer_config
 from services.worker.kafka import _txn_denied
 from services.worker.options import WorkerOptions
@@ -18,6 +21,35 @@ def test_kafka_said_drops_the_broker_address_and_the_timing() -> None:
         "SSL handshake failed: bad")
     assert kafka_said("Local: Authentication failure") == "Local: Authentication failure"
 
+
+
+SASL = {"bootstrap.servers": "b:9093", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "worker", "ssl.ca.location": "/etc/ca.pem"}
+
+
+def test_a_refused_login_names_the_principal_and_the_settings() -> None:
+    wrong = KafkaError(KafkaError._AUTHENTICATION, "sasl_ssl://b:9093/bootstrap: SASL authentication error: "
+                       "Authentication failed during authentication due to invalid credentials with SASL "
+                       "mechanism SCRAM-SHA-512 (after 310ms in state AUTH_REQ)")
+    assert is_login_error(wrong)
+    err = login_refused(wrong, SASL)
+    assert isinstance(err, LoginRefusedError) and isinstance(err, ConfigError)
+    assert str(err) == ("Kafka at b:9093 refused the login of User:worker (SCRAM-SHA-512): wrong user name or "
+                        "password (FIFOLANE_SASL_USERNAME, FIFOLANE_SASL_PASSWORD)")
+    other = KafkaError(KafkaError._AUTHENTICATION, "SASL handshake failed: unsupported mechanism")
+    assert str(login_refused(other, {"bootstrap.servers": "b:9093"})) == (
+        "Kafka at b:9093 refused the login of this client: SASL handshake failed: unsupported mechanism; "
+        "check FIFOLANE_SASL_MECHANISM and FIFOLANE_SECURITY_PROTOCOL")
+
+
+def test_a_refused_tls_handshake_names_the_ca_setting() -> None:
+    untrusted = KafkaError(KafkaError._SSL, "ssl://b:9093/bootstrap: SSL handshake failed: error:0A000086:SSL "
+                           "routines::certificate verify failed: broker certificate could not be verified")
+    assert str(login_refused(untrusted, SASL)) == (
+        "the TLS handshake with Kafka at b:9093 failed: the broker's certificate is not signed by a CA in "
+        "FIFOLANE_SSL_CA_LOCATION (/etc/ca.pem); set it to the CA that signed the brokers' certificates "
+        "(`fifolane kafka up --secure` prints it)")
+    assert not is_login_error(KafkaError(KafkaError._TRANSPORT, "Connection refused"))
 
 def test_principal_of_sasl_clients_only() -> None:
     assert principal_of({"security.protocol": "SASL_SSL", "sasl.username": "worker"}) == "User:worker"
