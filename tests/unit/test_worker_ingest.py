@@ -295,22 +295,34 @@ def test_fast_path_decodes_for_sinks_that_read_records(tmp_path: Path) -> None:
 
 
 def test_app_handler_types_skip_the_fast_path(tmp_path: Path) -> None:
-    app = App("t")
-    seen: list[tuple[str, int]] = []
+    def app_seeing(seen: list[tuple[str, int]]) -> App:
+        app = App("t")
 
-    @app.handler("reservation", inline=True)
-    def on_reservation(event: Event, state: GroupState) -> None:
-        seen.append((event.key, event.version))
-        if event.value is None:
-            state.delete("reservation", event.key, event.version)
-        else:
-            state.put("reservation", event.value)
+        @app.handler("reservation", inline=True)
+        def on_reservation(event: Event, state: GroupState) -> None:
+            seen.append((event.key, event.version))
+            if event.value is None:
+                state.delete("reservation", event.key, event.version)
+            else:
+                state.put("reservation", event.value)
 
-    fast, slow, _, _ = _run_both(tmp_path, app)
+        return app
+
+    # One app per worker: what each worker's handler saw, not the two interleaved.
+    seen_slow: list[tuple[str, int]] = []
+    seen_fast: list[tuple[str, int]] = []
+    slow = _worker(tmp_path, "slow", app_seeing(seen_slow), None, False, fast_path=False)
+    fast = _worker(tmp_path, "fast", app_seeing(seen_fast), None, False)
+    SCANS.clear()
+    fast.take(_batch())
+    slow.take(_batch())
+    fast.drain()
+    slow.drain()
     _same(fast, slow)
     # types without an app handler (the flight) take the fast path; reservations do not
     assert [found[0].name for found in SCANS if found is not None] == []  # a flight has a date
-    assert seen[:4] == [("R1", 1), ("R2", 1), ("R3", 5), ("R1", 2)]
+    assert seen_fast == seen_slow
+    assert seen_fast[:4] == [("R1", 1), ("R2", 1), ("R3", 5), ("R1", 2)]
 
 
 def test_busy_group_keeps_arrival_order(tmp_path: Path) -> None:
