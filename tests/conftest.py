@@ -112,6 +112,17 @@ def settings3(kafka_cluster3: Any, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
+def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """``settings`` as the environment of CLI commands run in this process (click's CliRunner)."""
+    for k, v in {"FIFOLANE_BOOTSTRAP_SERVERS": settings.resolved_bootstrap(),
+                 "FIFOLANE_INPUT_TOPIC": settings.input_topic,
+                 "FIFOLANE_REGISTRY_TOPIC": settings.registry_topic,
+                 "FIFOLANE_LISTENER_OUTPUT_TOPIC": settings.listener_output_topic}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    return settings
+
+
+@pytest.fixture
 def topics(settings: Settings) -> dict[str, Any]:
     """The role topics of ``settings``, created; by role name (input, state, registry, dlq, listener_output)."""
     from fifolane.topics import ensure_topics

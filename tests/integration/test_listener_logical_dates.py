@@ -30,12 +30,7 @@ def flight(number: str, day: datetime.date, version: int, capacity: int = 120) -
 
 
 @pytest.fixture
-def cli(settings: Settings, topics: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    for k, v in {"FIFOLANE_BOOTSTRAP_SERVERS": settings.resolved_bootstrap(),
-                 "FIFOLANE_INPUT_TOPIC": settings.input_topic,
-                 "FIFOLANE_REGISTRY_TOPIC": settings.registry_topic,
-                 "FIFOLANE_LISTENER_OUTPUT_TOPIC": settings.listener_output_topic}.items():  # fmt: skip
-        monkeypatch.setenv(k, v)
+def cli(cli_env: Settings, topics: dict[str, Any]) -> CliRunner:
     return CliRunner()
 
 

@@ -50,12 +50,7 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]]) -> None:
 
 
 @pytest.fixture
-def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for k, v in {"FIFOLANE_BOOTSTRAP_SERVERS": settings.resolved_bootstrap(),
-                 "FIFOLANE_INPUT_TOPIC": settings.input_topic,
-                 "FIFOLANE_REGISTRY_TOPIC": settings.registry_topic,
-                 "FIFOLANE_LISTENER_OUTPUT_TOPIC": settings.listener_output_topic}.items():
-        monkeypatch.setenv(k, v)
+def cli(cli_env: Settings) -> Any:
     runner = CliRunner()
     return lambda *args: runner.invoke(listeners_cli, list(args))
 
