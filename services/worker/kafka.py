@@ -75,6 +75,7 @@ class TxnProducer:
             conf.setdefault("delivery.report.only.error", True)
             conf["on_delivery"] = self.report
         self._conf = conf
+        self._txn_timeout_s = int(conf.get("transaction.timeout.ms", 60_000)) / 1000
         self._factory = factory
         self._producer = factory(conf)
         self._raw = self._producer.produce
@@ -180,8 +181,15 @@ class TxnProducer:
             raise map_error(exc, "begin_transaction") from exc
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any, timeout: float) -> None:
+        """send_offsets_to_transaction, given up as hung (fatal: a new producer, the input
+        replayed) once the transaction timeout has passed. librdkafka can block in it for
+        good: after a broker restart it may keep the group coordinator's decommissioned
+        broker handle and wait for a state change of it that never comes (librdkafka
+        #5511; it ignores the call's timeout there, #5456). Past the transaction timeout the
+        coordinator aborts the transaction anyway, so nothing that would commit is given up.
+        Seen: 45 s without a commit after a one-broker restart, now about the timeout."""
         self._resume(lambda t: self._producer.send_offsets_to_transaction(offsets, group_metadata, t),
-                     "send_offsets_to_transaction", timeout)
+                     "send_offsets_to_transaction", timeout, limit=self._txn_timeout_s + 1.0)
 
     def commit(self, timeout: float) -> None:
         self._resume(self._producer.commit_transaction, "commit_transaction", timeout)
@@ -189,15 +197,17 @@ class TxnProducer:
     def abort(self, timeout: float) -> None:
         self._resume(self._producer.abort_transaction, "abort_transaction", timeout)
 
-    def _resume(self, call: Callable[[float], Any], what: str, timeout: float) -> None:
+    def _resume(self, call: Callable[[float], Any], what: str, timeout: float,
+                limit: float | None = None) -> None:
         """Make a blocking transactional call, again while librdkafka says it is retriable,
-        until ``timeout`` has passed; a call stuck past it is reported fatal (watchdog)."""
+        until ``timeout`` has passed; a call stuck past it (or one call past ``limit``
+        seconds) is reported fatal (watchdog: :func:`services.worker.txn.guarded`)."""
         deadline = time.monotonic() + timeout
-        step = min(timeout, 30.0)
+        step = min(timeout, 30.0 if limit is None else limit)
         pause = 0.01
         while True:
             try:
-                guarded(call, step)
+                guarded(call, step, limit=limit)
                 return
             except KafkaException as exc:
                 mapped = map_error(exc, what)

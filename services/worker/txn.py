@@ -36,22 +36,24 @@ class Background:
 
     def wait(self, timeout: float | None = None) -> Any:
         if not self._done.wait(timeout):
-            name = getattr(self._call, "__name__", "call")
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{name} did not return", fatal=True))
+            name = getattr(self._call, "__name__", "<lambda>")
+            what = "the call" if name == "<lambda>" else name  # a lambda: the caller names it
+            within = f" within {timeout:.0f}s" if timeout is not None else ""
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{what} did not return{within}", fatal=True))
         if "error" in self._box:
             raise self._box["error"]
         return self._box.get("value")
 
 
-def guarded(call: Any, *args: Any) -> Any:
+def guarded(call: Any, *args: Any, limit: float | None = None) -> Any:
     """Run a blocking transactional call (its last argument is its timeout in seconds) and
-    give up 15 s after that timeout.
+    give up 15 s after that timeout, or after ``limit`` seconds if given.
 
     When the transaction coordinator's broker dies, librdkafka can stay blocked in such a
     call far past its timeout. A hung call is reported as a fatal error: the worker then
     replaces its producer (which fences the hung transaction) and replays the input.
     """
-    return Background(call, *args).wait(float(args[-1]) + 15.0)
+    return Background(call, *args).wait(float(args[-1]) + 15.0 if limit is None else limit)
 
 
 def commit_producer(producer: Any, eos: bool, offsets: list[Any], group_metadata: Any, timeout: float) -> None:

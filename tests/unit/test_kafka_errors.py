@@ -3,6 +3,8 @@ that is not mapped fails here)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -73,6 +75,36 @@ def test_transactional_calls_are_repeated_only_when_librdkafka_says_retriable() 
     fake = _Calls([KafkaError(KafkaError._TIMED_OUT, "retry call to resume", retriable=True)] * 2)
     TxnProducer({}, transactional=True, factory=lambda conf: fake).abort(5.0)
     assert fake.calls == 3
+
+
+class _Hangs:
+    """A transactional client whose send_offsets_to_transaction never returns (librdkafka
+    #5511: after a broker restart it can wait for good, whatever its timeout)."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+    def produce(self, *args: object, **kw: object) -> None:
+        raise AssertionError("not sent here")
+
+    def send_offsets_to_transaction(self, offsets: object, metadata: object, timeout: float) -> None:
+        self.released.wait(60)
+
+
+def test_a_send_offsets_that_hangs_is_given_up_after_the_transaction_timeout() -> None:
+    from services.worker.kafka import TxnProducer
+
+    fake = _Hangs()
+    producer = TxnProducer({"transaction.timeout.ms": 1000}, transactional=True, factory=lambda conf: fake)
+    try:
+        # the transaction timeout (1 s) and a second: the coordinator has aborted it by then;
+        # not the 30 + 15 s of the general watchdog
+        with pytest.raises(ProducerFatalError) as info:
+            producer.send_offsets([], None, 30.0)
+        assert str(info.value) == "send_offsets_to_transaction: the call did not return within 2s (_TIMED_OUT)"
+        assert info.value.code == "_TIMED_OUT"
+    finally:
+        fake.released.set()
 
 
 class _Queue:
