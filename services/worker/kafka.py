@@ -200,14 +200,19 @@ class TxnProducer:
     def _resume(self, call: Callable[[float], Any], what: str, timeout: float,
                 limit: float | None = None) -> None:
         """Make a blocking transactional call, again while librdkafka says it is retriable,
-        until ``timeout`` has passed; a call stuck past it (or one call past ``limit``
-        seconds) is reported fatal (watchdog: :func:`services.worker.txn.guarded`)."""
-        deadline = time.monotonic() + timeout
-        step = min(timeout, 30.0 if limit is None else limit)
+        until ``timeout`` has passed; a call stuck past it is reported fatal (watchdog:
+        :func:`services.worker.txn.guarded`). ``limit``: every call together may take at most
+        this long, and one that is still running then is reported fatal too."""
+        started = time.monotonic()
+        deadline = started + (timeout if limit is None else min(timeout, limit))
         pause = 0.01
         while True:
             try:
-                guarded(call, step, limit=limit)
+                if limit is None:
+                    guarded(call, min(timeout, 30.0))
+                else:
+                    left = max(0.1, deadline - time.monotonic())
+                    guarded(call, left, limit=left)
                 return
             except KafkaException as exc:
                 mapped = map_error(exc, what)

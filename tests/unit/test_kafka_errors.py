@@ -107,6 +107,30 @@ def test_a_send_offsets_that_hangs_is_given_up_after_the_transaction_timeout() -
         fake.released.set()
 
 
+class _Busy(_Hangs):
+    """A transactional client whose send_offsets_to_transaction is refused, retriable, forever."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def send_offsets_to_transaction(self, offsets: object, metadata: object, timeout: float) -> None:
+        self.calls += 1
+        raise KafkaException(KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "loading", retriable=True))
+
+
+def test_retriable_refusals_of_send_offsets_are_retried_only_within_the_transaction_timeout() -> None:
+    from services.worker.kafka import TxnProducer
+
+    fake = _Busy()
+    producer = TxnProducer({"transaction.timeout.ms": 1000}, transactional=True, factory=lambda conf: fake)
+    with pytest.raises(KafkaRetriableError, match="^send_offsets_to_transaction: .*loading") as info:
+        producer.send_offsets([], None, 30.0)
+    assert info.value.retriable
+    # called again on a growing pause (10 ms doubling to 1 s) until 2 s, not until the 30 s asked
+    assert 3 <= fake.calls <= 10
+
+
 class _Queue:
     """A client whose produce() refuses ``full`` times with a full queue, or always with ``error``."""
 
