@@ -91,7 +91,8 @@ def check_reachable(settings: Settings, timeout: float = CHECK_TIMEOUT_S,
 
     :class:`ConfigError` when no broker answers within ``timeout`` seconds (naming the
     bootstrap servers and the setting to change), or at once when a broker refuses the
-    login or the TLS handshake (:class:`LoginRefusedError`, a ConfigError). ``stop`` returning True ends the wait early (an empty set)."""
+    login or the TLS handshake (:class:`LoginRefusedError`, a ConfigError). ``stop``
+    returning True ends the wait early (an empty set)."""
     bootstrap = settings.resolved_bootstrap()
     quiet = LibrdkafkaLog("fifolane.librdkafka.check", max_level=logging.DEBUG)
     errors: list[KafkaError] = []

@@ -181,8 +181,9 @@ class TxnProducer:
             raise map_error(exc, "begin_transaction") from exc
 
     def send_offsets(self, offsets: list[TopicPartition], group_metadata: Any, timeout: float) -> None:
-        """send_offsets_to_transaction, given up as hung (fatal: a new producer, the input
-        replayed) once the transaction timeout has passed. librdkafka can block in it for
+        """send_offsets_to_transaction, called again while librdkafka says retriable, and given
+        up once the transaction timeout has passed: a call still running then is hung (fatal:
+        a new producer, the input replayed). librdkafka can block in it for
         good: after a broker restart it may keep the group coordinator's decommissioned
         broker handle and wait for a state change of it that never comes (librdkafka
         #5511; it ignores the call's timeout there, #5456). Past the transaction timeout the
