@@ -15,9 +15,7 @@ benchmarks/README.md, "A broker restart".
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from benchmarks.procs import child_env, running, worker_cmd
 from fifolane.cluster import LocalCluster
 from fifolane.config import PROJECT_ROOT, Settings
 from fifolane.partitioner import PARTITIONER
@@ -34,17 +33,6 @@ from fifolane.topics import ensure_topics
 
 HOME = PROJECT_ROOT / ".fifolane" / "bench-kafka" / "restart"
 LIBS = PROJECT_ROOT / ".fifolane" / "kafka" / "libs"
-
-
-def _worker_env(s: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FIFOLANE_")}
-    env.update({"FIFOLANE_BOOTSTRAP_SERVERS": s.resolved_bootstrap(), "FIFOLANE_INPUT_TOPIC": s.input_topic,
-                "FIFOLANE_STATE_TOPIC": s.state_topic, "FIFOLANE_REGISTRY_TOPIC": s.registry_topic,
-                "FIFOLANE_DLQ_TOPIC": s.dlq_topic, "FIFOLANE_LISTENER_OUTPUT_TOPIC": s.listener_output_topic,
-                "FIFOLANE_DIRECTORY_TOPIC": s.directory_topic, "FIFOLANE_PARKED_TOPIC": s.parked_topic,
-                "FIFOLANE_MEMBERS_TOPIC": s.members_topic, "FIFOLANE_HOME": str(s.home),
-                "FIFOLANE_PARTITIONS": str(s.partitions)})
-    return env
 
 
 def main() -> None:
@@ -58,21 +46,14 @@ def main() -> None:
     cluster.up(timeout=180, fresh=True)
     tag = uuid.uuid4().hex[:6]
     topics: dict[str, Any] = {f"{role}_topic": f"restart.{role}.{tag}" for role in
-                              ("input", "state", "registry", "dlq", "listener_output", "directory", "parked",
-                               "members")}
+                              ("input", "state", "registry", "dlq", "listener_output", "directory", "parked")}
     s = Settings(bootstrap_servers=cluster.bootstrap_servers, home=run / "home", partitions=3, **topics)
-    worker = None
     try:
         ensure_topics(s)
-        log = (run / "worker.log").open("ab")
-        worker = subprocess.Popen([sys.executable, "-m", "services.worker", "--worker-id", "r1", "--state-dir",
-                                   str(run / "state")], env=_worker_env(s), stdout=log, stderr=subprocess.STDOUT,
-                                  cwd=PROJECT_ROOT)
-        sent, seen, back = _drive(cluster, s, a.warm, a.down, a.after)
+        cmd = worker_cmd(s, "r1", f"restart-{tag}", guarantee="exactly-once")
+        with running(cmd, run / "worker.log", env=child_env(s)):
+            sent, seen, back = _drive(cluster, s, a.warm, a.down, a.after)
     finally:
-        if worker is not None:
-            worker.terminate()
-            worker.wait(60)
         cluster.down(timeout=30)
     firsts = [t for n, t in seen.items() if t > back]
     print(f"broker down {a.down:.0f} s; first record visible {min(firsts) - back:.1f} s after it was back"

@@ -204,8 +204,7 @@ class TxnProducer:
         until ``timeout`` has passed; a call stuck past it is reported fatal (watchdog:
         :func:`services.worker.txn.guarded`). ``limit``: every call together may take at most
         this long, and one that is still running then is reported fatal too."""
-        started = time.monotonic()
-        deadline = started + (timeout if limit is None else min(timeout, limit))
+        deadline = time.monotonic() + (timeout if limit is None else min(timeout, limit))
         pause = 0.01
         while True:
             try:
