@@ -110,6 +110,8 @@ def role_grants(role: str, settings: Settings, *, app: str = "table", group_id: 
                      "follow listener registrations; write snapshot progress and status records"),
             *_topics(outs, ["WRITE", "DESCRIBE_CONFIGS"], "listener notifications"),
             *_topics(output_prefixes, ["WRITE", "DESCRIBE_CONFIGS"], "listener notifications", prefixed=True),
+            *_topics([s.members_topic], ["READ", "WRITE"],
+                     "heartbeats (one live worker per --worker-id); the query endpoint's address"),
             Grant("group", group, "READ", "the worker's consumer group (offsets in transactions)"),
             Grant("group", RESTORE_GROUPS, "READ", "restore consumers (assigned partitions)", True),
             Grant("group", REGISTRY_GROUPS, "READ", "the registry follower (assigned partition)", True),

@@ -15,6 +15,7 @@ from fifolane.config import Settings
 from fifolane.errors import ConfigError, WorkerError
 from services.worker.group_admin import GroupAdmin
 from services.worker.kafka import TxnProducer, WorkerConsumer, map_error
+from services.worker.liveness import Heartbeat, check_alone
 from services.worker.options import WorkerOptions
 from services.worker.tuning import merged_config
 
@@ -169,6 +170,15 @@ class KafkaClients:
         """The group watch's admin (services.worker.orphans), in a child process
         (services.worker.group_admin: librdkafka#4605 aborts the process that asks)."""
         return GroupAdmin(self._base)
+
+    def alive(self, topic: str, group: str, worker_id: str) -> Heartbeat | None:
+        """Stop if another live process has this worker id, else start this one's heartbeat
+        (services.worker.liveness)."""
+        beat = Heartbeat(self._base, topic, group, worker_id)
+        if not check_alone(self._base, topic, group, worker_id, beat.instance):
+            return None  # not checked (warned): no heartbeat either
+        beat.start()
+        return beat
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""

@@ -38,6 +38,7 @@ from services.worker.fastpath import FastPath, TableType
 from services.worker.kafka import Record, WorkerConsumer
 from services.worker.limits import Limits, TopicConfigs, buffer_limit
 from services.worker.linked import worker_consumer
+from services.worker.liveness import Heartbeat
 from services.worker.metrics import Stats, serve_metrics, update_lag
 from services.worker.options import WorkerOptions
 from services.worker.orphans import orphan_watch
@@ -83,6 +84,7 @@ class Worker:
         self._next_stats = 0.0
         self.metrics_port: int | None = None
         self._rebalance: Rebalance | None = None
+        self._alive: Heartbeat | None = None  # one live process per --worker-id (liveness.py)
         self.topics = Topics(settings.input_topic, settings.directory_topic if self.opts.directory else None)
         state_dir = Path(self.opts.state_dir or settings.home / "state" / self.opts.worker_id)
         reader = StateRecordReader(self.codec)
@@ -132,6 +134,7 @@ class Worker:
         clients = self.clients
         names, need = needed_access(s, self.topics, registry=self.sink is not None, parked=o.on_failure == "park")
         self._topic_configs.known.update(clients.topic_configs(names, need=need, group=self.group_id))
+        self._alive = clients.alive(s.members_topic, self.group_id, o.worker_id) if o.static_membership else None  # before anything fences
         self.consumer = worker_consumer(clients, o, self.group_id, self.topics)  # after the checks: a
         producer = clients.producer(producer_config(o, self.group_id), transactional=self.eos)  # refusal makes none
         retention = self._topic_configs.known.get(s.state_topic, {}).get("delete.retention.ms")
@@ -288,6 +291,8 @@ class Worker:
             self.sink.close()
         if self.ckpt is not None:
             self.ckpt.producer.close(flush=10)  # last: nothing may send after it
+        if self._alive is not None:
+            self._alive.stop(clean=self._stop.is_set())  # clean: a tombstone, a successor need not wait
         self._write_stats(force=True)
 
     # ------------------------------------------------------------------ checkpoints
@@ -302,12 +307,9 @@ class Worker:
         self.processing.dead_letter(key, value, headers, topic, partition, offset, reason, error)
 
     def checkpoint(self, drain: bool = False, idle: bool = False) -> None:
-        """Commit outputs, state and input offsets together (see checkpoint.py).
-
-        Handler calls still running go on: the commit covers each partition up to its first
-        unfinished event (services/worker/window.py). ``drain``: wait for every call first
-        (before partitions are given up, and when stopping).
-        """
+        """Commit outputs, state and input offsets together (see checkpoint.py). Handler calls
+        still running go on: the commit covers each partition up to its first unfinished event
+        (window.py). ``drain``: wait for every call first (before partitions go, and when stopping)."""
         ckpt, processing = self.ckpt, self.processing
         assert ckpt is not None and processing is not None and self.assignment is not None
         self._next_checkpoint = time.monotonic() + self.opts.commit_interval
@@ -334,8 +336,7 @@ class Worker:
         t1 = time.perf_counter()
         if self.parking is not None:
             self.parking.commit()
-        if self.sink is not None:
-            # A safe point: nothing in flight, nothing staged, no open transaction.
+        if self.sink is not None:  # a safe point: nothing in flight, nothing staged, no open transaction
             self.sink.after_commit()
         # Commit round trips block the loop: space checkpoints so they cost at most ~10% of
         # the time (a slow broker then means fewer, larger transactions, not a stalled worker).
@@ -385,9 +386,8 @@ class Worker:
         if self.consumer is not None and self.assignment is not None:
             starts = self.ckpt.add_source(self.settings.input_topic).base if self.ckpt is not None else None
             update_lag(self.stats, self.consumer, self.settings.input_topic, self.assignment.tables, starts)
-            self.stats.restore_progress = {
-                f"{t}[{p}]": [task.progress.done, task.progress.total]
-                for (t, p), task in self.assignment.restoring.items()}
+            self.stats.restore_progress = {f"{t}[{p}]": [task.progress.done, task.progress.total]
+                                           for (t, p), task in self.assignment.restoring.items()}
         if self.ckpt is not None:
             self.stats.bisecting = int(self.ckpt.bisecting)
             self.stats.producer_queue_full = self.ckpt.producer.queue_full

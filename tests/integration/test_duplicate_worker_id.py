@@ -1,13 +1,22 @@
 """Two workers started with the same ``--worker-id`` (a copy-pasted command line, a compose
 file with a fixed id): they share the group's static member id, with which each one's
-consumer fences the other's for good (that worker went on consuming nothing, and said
-nothing but a warning), and a transactional id, with which they fence each other at every
-commit. A fenced consumer is replaced by a new one that joins again, so the two take turns;
-after five turns in two minutes the newcomer stops (two fencings within a minute of its start
-are enough) and says why; the worker that was there first goes on, and nothing is lost. On the
-same machine the newcomer does not get that far: the state directory is claimed by the first
-one (services.worker.storedirs). A fencing now and then (a broker failover can leave one behind, and so
-does a consumer that used the id once) is survived."""
+consumer fences the other's, and a transactional id, with which they fence each other at
+every commit.
+
+- Every worker with a stable id writes a heartbeat to the members topic, and a newcomer
+  reads it before it makes anything that fences (services.worker.liveness): a live worker
+  with its id stops it at once, naming that worker's host and pid, however often a
+  supervisor starts it again, and the running worker is never fenced. A killed worker
+  leaves a last heartbeat: its successor waits for a newer one (a few seconds), sees none,
+  and starts.
+- Without the heartbeat (no members topic), the two fence each other; the newcomer stops
+  after two fencings within a minute of its start and says why; the worker that was there
+  first goes on, and nothing is lost.
+- On the same machine the state directory is claimed by the first one
+  (services.worker.storedirs).
+
+A fencing now and then (a broker failover can leave one behind, and so does a consumer that
+used the id once) is survived."""
 
 from __future__ import annotations
 
@@ -41,15 +50,70 @@ def _running(settings: Settings, w: WorkerProcess, tag: str, n: int = 200) -> se
     return want
 
 
-def test_a_second_worker_with_the_same_id_stops_and_the_first_goes_on(settings: Settings, topics: Any,
-                                                                      tmp_path: Path) -> None:
-    """On another machine (its own state directory): the newcomer is fenced by the running
-    worker soon after its start, and it is the one that stops, saying why."""
+def test_a_second_worker_with_the_same_id_stops_before_it_fences_the_first(settings: Settings, topics: Any,
+                                                                         tmp_path: Path) -> None:
+    """On another machine (its own state directory), started again and again as a
+    supervisor would: each start stops at once, naming the running worker, which is never
+    fenced and loses nothing."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     a, b = WorkerProcess(settings, "same", tmp_path / "a"), WorkerProcess(settings, "same", tmp_path / "b")
     with processes(a):
         want = _running(settings, a, "A")
+        assert a.proc is not None
+        sent = 0
+        for _start in range(4):  # restart: unless-stopped
+            b.start()
+            while b.alive():
+                batch = [("reservation", reservation(f"R{i}", f"LH{i % 30}", 1), "upsert") for i in range(sent, sent + 50)]
+                sent += send_events(settings, batch)
+                time.sleep(0.2)
+            assert b.proc is not None and b.proc.wait(30) == 2, b.log_tail()
+            last = _our_last_line(b)
+            assert re.match(r"error: another worker runs with --worker-id same in consumer group \S+ "
+                            rf"\(host '[^']+', pid {a.proc.pid}, its last heartbeat \d+\.\d s ago\): starting "
+                            "this one would fence it", last), last
+            assert "joined group" not in b.log_tail(400), b.log_tail(400)
+        assert a.alive(), a.log_tail()
+        want |= {f"reservation/R{i}" for i in range(sent)}
+        wait_until(lambda: {k for k, (_v, r) in read_table(settings).items() if r is not None} == want,
+                   timeout=120, interval=1.0, message=lambda: a.log_tail())
+        snap = a.snapshot()
+        assert (snap["consumer_renewals"], snap["aborts"]) == (0, 0), snap  # never fenced
+        assert a.terminate() == 0
+
+
+def test_a_killed_worker_s_successor_with_its_id_starts(settings: Settings, topics: Any, tmp_path: Path) -> None:
+    """SIGKILL leaves a recent heartbeat and no tombstone: the restarted worker waits for a
+    newer one, sees none, and takes over; after a clean stop it does not wait."""
+    w = WorkerProcess(settings, "phoenix", tmp_path)
+    with processes(w):
+        want = _running(settings, w, "A")
+        w.kill()
+        w.start()
+        want |= _running(settings, w, "B")
+        log = w.log_tail(400)
+        assert "--worker-id phoenix has a recent heartbeat" in log, log
+        assert w.terminate() == 0
+        w.start()
+        want |= _running(settings, w, "C")
+        assert set(read_table(settings)) == want
+        assert w.terminate() == 0
+        log = w.log_file.read_text(errors="replace")
+        assert log.count("joined group") == 3 and log.count("has a recent heartbeat") == 1, log  # the 2nd start only
+
+
+def test_without_the_heartbeat_the_newcomer_stops_after_two_fencings(settings: Settings, topics: Any,
+                                                                    tmp_path: Path) -> None:
+    """No members topic (the check is skipped with a warning, and no heartbeat is written:
+    the topic is not auto-created): the two fence each other, and the newcomer stops."""
+    settings = settings.model_copy(update={"members_topic": f"{settings.members_topic}.missing"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = WorkerProcess(settings, "same", tmp_path / "a"), WorkerProcess(settings, "same", tmp_path / "b")
+    with processes(a):
+        want = _running(settings, a, "A")
+        assert "one worker per --worker-id not checked" in a.log_tail(400), a.log_tail(400)
         started = time.monotonic()
         wait_until(lambda: time.monotonic() - started > 62, timeout=90, interval=1.0)  # a minute old: not new
         b.start()
@@ -71,6 +135,12 @@ def test_a_second_worker_with_the_same_id_stops_and_the_first_goes_on(settings: 
                    timeout=120, interval=1.0, message=lambda: a.log_tail())
         assert a.alive()
         assert a.terminate() == 0
+    reader = Consumer({"bootstrap.servers": settings.resolved_bootstrap(), "group.id": "t",
+                       "allow.auto.create.topics": False})
+    try:
+        assert settings.members_topic not in reader.list_topics(timeout=10).topics  # never auto-created
+    finally:
+        reader.close()
 
 
 def test_a_second_worker_on_the_same_state_directory_stops_at_once(settings: Settings, topics: Any,

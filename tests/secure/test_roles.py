@@ -36,6 +36,7 @@ def test_the_worker_role_matches_the_ids_the_worker_uses() -> None:
         *{("topic", "park", op, False) for op in ("READ", "WRITE", "DESCRIBE_CONFIGS")},
         ("topic", "reg", "READ", False), ("topic", "reg", "WRITE", False),
         ("topic", "notes", "WRITE", False), ("topic", "notes", "DESCRIBE_CONFIGS", False),
+        ("topic", S.members_topic, "READ", False), ("topic", S.members_topic, "WRITE", False),
         ("group", group, "READ", False), ("group", "fifolane-restore-", "READ", True),
         ("group", "fifolane-registry-", "READ", True), ("group", "fifolane-parked-", "READ", True),
         ("transactional_id", f"{group}-", "WRITE", True),

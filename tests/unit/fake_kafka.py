@@ -221,5 +221,8 @@ class FakeClients(KafkaClients):
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         return _EmptyChangelog()
 
+    def alive(self, topic: str, group: str, worker_id: str) -> None:
+        return None  # no heartbeat (services.worker.liveness needs a broker)
+
     def topic_configs(self, names: list[str], timeout: float = 30.0, **_access: Any) -> dict[str, dict[str, str]]:
         return {n: {} for n in names}

@@ -1,0 +1,217 @@
+"""One live worker per ``--worker-id`` across machines: a heartbeat in the members topic.
+
+A second worker started with the ``--worker-id`` of a running one fences it: its
+``init_transactions`` fences the running one's producer, its consumer joins with the same
+``group.instance.id`` and fences the running one's consumer. On one machine the state
+directory's lock stops the second one first (services.worker.storedirs); on another machine
+the two fenced each other until the newcomer gave up (services.worker.rebalance,
+``ConsumerFailures``). A supervisor that restarts the newcomer (docker-compose's
+``restart: unless-stopped``) started that fight again and again, until the running worker
+gave up too.
+
+So every worker writes a heartbeat to the members topic (role ``members``, compacted, one
+partition): key ``alive:<group>/<worker id>``, a small JSON value (``worker``, ``group``,
+``instance``: a random id per process, ``host``, ``pid``, ``at``: epoch seconds), every
+:data:`EVERY_S`, and a tombstone when it stops cleanly. Before a worker makes a
+transactional producer or joins its group, :func:`check_alone` reads the topic: a heartbeat
+of its key that is recent, or that is followed by a newer one within :data:`WAIT_S`, means
+another process runs with this id, and the worker stops with a message naming it, before it
+has touched anything. A predecessor that was killed (no tombstone) stops writing: the new
+worker waits at most :data:`WAIT_S` to see that, and only if the last heartbeat is at most
+:data:`RECENT_S` old by its own clock (clocks of two machines may differ by a little: the
+wait decides, not the clock). A clean stop's tombstone costs no wait.
+
+Best effort: a missing members topic, a principal without READ and WRITE on it, or a Kafka
+that does not answer skips the check, and the heartbeat, with one warning (``fifolane topics
+create`` makes the topic; ``fifolane acls apply --role worker`` grants it). The older rule
+then still holds: a newcomer fenced twice within a minute of its start stops
+(services.worker.rebalance).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from fifolane.errors import WorkerError
+
+__all__ = ["EVERY_S", "RECENT_S", "WAIT_S", "Heartbeat", "alive_key", "check_alone", "read_alive"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two heartbeats of a worker.
+EVERY_S = 1.0
+#: How long a newcomer waits for a newer heartbeat of its key after a recent one.
+WAIT_S = 3.0
+#: A heartbeat older than this (by the newcomer's clock) is a worker that is gone: no wait.
+RECENT_S = 30.0
+
+
+def alive_key(group: str, worker_id: str) -> bytes:
+    """The heartbeat's key: apart from the query addresses' ``<group>/<worker id>``
+    (fifolane.query.member_key), which readers of those skip (no ``url``)."""
+    return f"alive:{group}/{worker_id}".encode()
+
+
+def alive_value(group: str, worker_id: str, instance: str) -> bytes:
+    return json.dumps({"worker": worker_id, "group": group, "instance": instance,
+                       "host": socket.gethostname(), "pid": os.getpid(), "at": round(time.time(), 3)}).encode()
+
+
+def read_alive(value: bytes | None) -> dict[str, Any] | None:
+    """A heartbeat's body; None for a tombstone or a value that is not one (never fatal)."""
+    if value is None:
+        return None
+    try:
+        body = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("instance"), str):
+        return None
+    return body
+
+
+def _describe(body: dict[str, Any], now: float) -> str:
+    at = body.get("at")
+    ago = f", its last heartbeat {max(0.0, now - at):.1f} s ago" if isinstance(at, (int, float)) else ""
+    return f"host {str(body.get('host'))[:100]!r}, pid {body.get('pid')}{ago}"
+
+
+def check_alone(conf: dict[str, Any], topic: str, group: str, worker_id: str, instance: str, *,
+                wait_s: float = WAIT_S, recent_s: float = RECENT_S, timeout: float = 15.0) -> bool:
+    """Stop (:class:`WorkerError`) if another live process has this ``worker_id`` in
+    ``group`` (the module docstring). True: the id is free; False: not checked (no members
+    topic, no access, or Kafka failed to answer: warned), so no heartbeat should be written
+    either (a producer naming a missing topic can have the broker create it)."""
+    consumer = Consumer({**conf, "group.id": "fifolane-alive-check", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest", "client.id": f"{worker_id}-alive-check",
+                         "allow.auto.create.topics": False, "enable.partition.eof": True})
+    try:
+        found = consumer.list_topics(timeout=timeout).topics.get(topic)  # all topics: never creates one
+        if found is None or found.error is not None:
+            why = "it does not exist" if found is None else found.error.str()
+            log.warning("one worker per --worker-id not checked: the members topic %r: %s (run `fifolane "
+                        "topics create`, or set FIFOLANE_MEMBERS_TOPIC)", topic, why)
+            return False
+        _check(consumer, topic, alive_key(group, worker_id), group, worker_id, instance, wait_s, recent_s, timeout)
+        return True
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        why = err.str() if isinstance(err, KafkaError) else str(exc)
+        log.warning("one worker per --worker-id not checked: the members topic %r: %s (the worker role "
+                    "needs READ and WRITE on it: `fifolane acls apply --role worker`)", topic, why)
+        return False
+    finally:
+        consumer.close()
+
+
+def _check(consumer: Consumer, topic: str, key: bytes, group: str, worker_id: str, instance: str,
+           wait_s: float, recent_s: float, timeout: float) -> None:
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+    if high <= low:
+        return
+    consumer.assign([TopicPartition(topic, 0, low)])
+    last: dict[str, Any] | None = None
+    deadline = time.monotonic() + timeout
+    pos = low
+    while pos < high and time.monotonic() < deadline:  # what was written before this start
+        for msg in consumer.consume(10_000, timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(err)
+                pos = max(pos, msg.offset() or pos)
+                continue
+            pos = (msg.offset() or 0) + 1
+            if msg.key() == key:
+                last = read_alive(msg.value())
+    if last is None or last.get("instance") == instance:
+        return
+    now = time.time()
+    at = last.get("at")
+    if isinstance(at, (int, float)) and now - at > recent_s:
+        return  # written long ago: a worker that is gone
+    # Recent: a worker killed a moment ago, or one that runs. Only a newer heartbeat tells.
+    log.info("--worker-id %s has a recent heartbeat (%s): waiting up to %.0f s to see whether "
+             "that worker still runs", worker_id, _describe(last, now), wait_s)
+    until = time.monotonic() + wait_s
+    while time.monotonic() < until:
+        for msg in consumer.consume(1000, timeout=0.2):
+            if msg.error() is not None or msg.key() != key:
+                continue
+            body = read_alive(msg.value())
+            if body is None:
+                return  # it stopped cleanly meanwhile
+            if body.get("instance") != instance:
+                raise _taken(worker_id, group, body, time.time())
+
+
+def _taken(worker_id: str, group: str, body: dict[str, Any], now: float) -> WorkerError:
+    return WorkerError(f"another worker runs with --worker-id {worker_id} in consumer group {group} "
+                       f"({_describe(body, now)}): starting this one would fence it. Give each worker "
+                       "its own --worker-id (or leave it out: host and pid), or stop the other one first")
+
+
+class Heartbeat:
+    """Writes this worker's heartbeat every :data:`EVERY_S` on a thread; :meth:`stop` writes
+    the tombstone (a clean stop) or nothing (a failed start: the key may be another's)."""
+
+    def __init__(self, conf: dict[str, Any], topic: str, group: str, worker_id: str,
+                 instance: str | None = None, every: float = EVERY_S) -> None:
+        self.topic, self.group, self.worker_id = topic, group, worker_id
+        self.instance = instance or uuid.uuid4().hex
+        self.every = every
+        self._conf = {**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                      "client.id": f"{worker_id}-alive"}
+        self._producer: Producer | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._warned = False
+
+    def start(self) -> None:
+        self._producer = Producer(self._conf)
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="alive-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None and not self._warned:
+            self._warned = True
+            log.warning("heartbeat not written to %r: %s (another worker with this --worker-id "
+                        "would not be noticed before it starts)", self.topic, err.str())
+
+    def _beat(self, alive: bool = True) -> None:
+        """Queue a heartbeat (``alive``) or the tombstone."""
+        assert self._producer is not None
+        body = alive_value(self.group, self.worker_id, self.instance) if alive else None
+        try:
+            self._producer.produce(self.topic, body, alive_key(self.group, self.worker_id),
+                                   on_delivery=self._on_delivery)
+        except (BufferError, KafkaException) as exc:
+            log.debug("heartbeat not queued: %s", exc)
+        self._producer.poll(0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            self._beat()
+
+    def stop(self, clean: bool) -> None:
+        """Stop beating; ``clean``: write the tombstone (a successor need not wait)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self._producer is None:
+            return
+        if clean:
+            self._beat(alive=False)
+        self._producer.flush(5 if clean else 0)
+        self._producer = None

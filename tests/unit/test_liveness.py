@@ -1,0 +1,267 @@
+"""One live worker per ``--worker-id``: the heartbeat in the members topic and the check a
+worker makes before anything that fences (services.worker.liveness), with fake clients.
+Against a real broker: tests/integration/test_duplicate_worker_id.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from fake_kafka import FakeClients
+
+from fifolane.config import Settings
+from fifolane.errors import WorkerError
+from fifolane.query import member_key, member_value, read_member
+from fifolane.serde import SchemaCatalog
+from services.worker import liveness
+from services.worker.liveness import Heartbeat, alive_key, alive_value, check_alone, read_alive
+from services.worker.options import WorkerOptions
+from services.worker.runtime import Worker
+
+KEY = alive_key("g", "w1")
+
+
+class _Msg:
+    def __init__(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self._o, self._k, self._v = offset, key, value
+
+    def error(self) -> None:
+        return None
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes | None:
+        return self._k
+
+    def value(self) -> bytes | None:
+        return self._v
+
+
+class _Topic:
+    """The members topic: records written before the check, and records that appear
+    ``later`` seconds after the check began reading (another worker's heartbeats)."""
+
+    def __init__(self, before: list[tuple[bytes, bytes | None]],
+                 later: Sequence[tuple[float, bytes, bytes | None]] = (), refuse: KafkaError | None = None,
+                 listed: Any = "ok") -> None:
+        self.before = [_Msg(i, k, v) for i, (k, v) in enumerate(before)]
+        self.later = [(t, _Msg(len(before) + i, k, v)) for i, (t, k, v) in enumerate(later)]
+        self.refuse = refuse  # raised when its offsets are asked for
+        self.listed = listed  # "ok", None (not in the topic list) or a KafkaError (the topic's error)
+        self.waited = 0  # consume calls after everything written before was read
+        self.closed = False
+
+
+def _consumer_of(topic: _Topic) -> type:
+    class _Consumer:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            self.conf = conf
+            self._pending = list(topic.before)
+            self._t0 = 0.0
+
+        def list_topics(self, timeout: float) -> Any:
+            assert "allow.auto.create.topics" in self.conf and not self.conf["allow.auto.create.topics"]
+            if topic.listed is None:
+                return SimpleNamespace(topics={"other": SimpleNamespace(error=None)})
+            error = None if isinstance(topic.listed, str) else topic.listed
+            return SimpleNamespace(topics={"members": SimpleNamespace(error=error)})
+
+        def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+            if topic.refuse is not None:
+                raise KafkaException(topic.refuse)
+            return 0, len(topic.before)
+
+        def assign(self, tps: list[Any]) -> None:
+            self._t0 = time.monotonic()
+
+        def consume(self, n: int, timeout: float) -> list[_Msg]:
+            if self._pending:
+                out, self._pending = self._pending[:n], self._pending[n:]
+                return out
+            topic.waited += 1
+            due = [m for t, m in topic.later if time.monotonic() - self._t0 >= t]
+            topic.later = [(t, m) for t, m in topic.later if m not in due]
+            if not due:
+                time.sleep(min(timeout, 0.02))
+            return due
+
+        def close(self) -> None:
+            topic.closed = True
+    return _Consumer
+
+
+def _beat(instance: str, *, ago: float = 0.0, host: str = "h1", pid: int = 42) -> bytes:
+    data = json.loads(alive_value("g", "w1", instance))
+    data.update(at=time.time() - ago, host=host, pid=pid)
+    return json.dumps(data).encode()
+
+
+def _check(monkeypatch: pytest.MonkeyPatch, topic: _Topic, wait_s: float = 0.5) -> bool:
+    monkeypatch.setattr(liveness, "Consumer", _consumer_of(topic))
+    return check_alone({"bootstrap.servers": "x:1"}, "members", "g", "w1", "mine", wait_s=wait_s)
+
+
+def test_an_empty_members_topic_lets_the_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = _Topic([])
+    assert _check(monkeypatch, topic) is True
+    assert topic.waited == 0 and topic.closed
+
+
+def test_a_clean_stop_lets_the_next_worker_start_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = _Topic([(KEY, _beat("old")), (KEY, None)])
+    _check(monkeypatch, topic)
+    assert topic.waited == 0
+
+
+def test_a_heartbeat_written_long_ago_is_a_worker_that_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = _Topic([(KEY, _beat("old", ago=600))])
+    _check(monkeypatch, topic)
+    assert topic.waited == 0
+
+
+def test_a_live_worker_with_the_id_stops_the_newcomer_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = _Topic([(KEY, _beat("other", ago=0.5))], later=[(0.1, KEY, _beat("other", host="box-7", pid=4711))])
+    with pytest.raises(WorkerError) as caught:
+        _check(monkeypatch, topic, wait_s=5.0)
+    text = str(caught.value)
+    assert text.startswith("another worker runs with --worker-id w1 in consumer group g (host 'box-7', pid 4711, "
+                           "its last heartbeat "), text
+    assert "starting this one would fence it" in text and "its own --worker-id" in text, text
+    assert topic.closed
+
+
+def test_a_killed_worker_s_recent_heartbeat_costs_a_short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tombstone (SIGKILL): the newcomer waits for a newer heartbeat, sees none, starts."""
+    topic = _Topic([(KEY, _beat("old", ago=1.0))])
+    assert _check(monkeypatch, topic, wait_s=0.3) is True
+    assert topic.waited > 0
+
+
+def test_a_worker_that_stops_cleanly_during_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = _Topic([(KEY, _beat("old", ago=0.2))], later=[(0.05, KEY, None), (0.1, KEY, _beat("new"))])
+    _check(monkeypatch, topic, wait_s=5.0)  # the tombstone ends the wait: the later beat is not read
+
+
+def test_other_workers_groups_and_garbage_are_not_this_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    other = alive_key("g", "w2")
+    topic = _Topic([(other, _beat("x")), (alive_key("h", "w1"), _beat("y")),
+                    (member_key("g", "w1"), member_value("w1", "g", "in", "http://a:1")),
+                    (KEY, b"\xff not json"), (KEY, b'{"instance": 7}')],
+                   later=[(0.05, other, _beat("x"))])
+    _check(monkeypatch, topic, wait_s=0.3)
+    assert topic.waited == 0
+
+
+@pytest.mark.parametrize(("listed", "refuse", "why"), [
+    (None, None, "it does not exist"),
+    (KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None, "Authorization"),
+    ("ok", KafkaError(KafkaError._TIMED_OUT), "Timed out"),
+])
+def test_no_members_topic_or_no_access_skips_the_check_with_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, listed: Any, refuse: Any, why: str) -> None:
+    """Not checked: False, so the caller writes no heartbeat (which could create the topic)."""
+    topic = _Topic([], refuse=refuse, listed=listed)
+    with caplog.at_level(logging.WARNING):
+        assert _check(monkeypatch, topic) is False
+    assert "one worker per --worker-id not checked: the members topic 'members': " in caplog.text
+    assert why.lower() in caplog.text.lower(), caplog.text
+    assert topic.closed
+
+
+def test_query_readers_skip_the_heartbeats() -> None:
+    """The members topic also holds the query addresses: a heartbeat is never one of them."""
+    for value in (alive_value("g", "w1", "i"), None):
+        found = read_member(KEY, value)
+        assert found is None or found[0] != "g", found
+    assert read_alive(member_value("w1", "g", "in", "http://a:1")) is None
+    assert read_alive(None) is None
+
+
+class _Producer:
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self.sent: list[tuple[str, bytes | None, bytes]] = []
+        self.flushed: list[float] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes, on_delivery: Any = None) -> None:
+        self.sent.append((topic, value, key))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        self.flushed.append(timeout)
+        return 0
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_the_heartbeat_beats_and_a_clean_stop_leaves_a_tombstone(monkeypatch: pytest.MonkeyPatch,
+                                                                  clean: bool) -> None:
+    made: list[_Producer] = []
+    monkeypatch.setattr(liveness, "Producer", lambda conf: made.append(_Producer(conf)) or made[-1])
+    beat = Heartbeat({"bootstrap.servers": "x:1"}, "members", "g", "w1", every=0.01)
+    beat.start()
+    deadline = time.monotonic() + 5
+    while len(made[0].sent) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the beats come from the heartbeat's thread
+    beat.stop(clean=clean)
+    (producer,) = made
+    assert producer.conf["client.id"] == "w1-alive" and producer.conf["enable.idempotence"] is True
+    beats = [v for _t, v, _k in producer.sent[:-1]]
+    assert len(beats) >= 2 and all(_t == "members" and k == KEY for _t, _v, k in producer.sent)
+    bodies = [read_alive(v) for v in beats]
+    assert all(b is not None and b["instance"] == beat.instance and b["worker"] == "w1" and b["group"] == "g"
+               for b in bodies), bodies
+    assert (producer.sent[-1][1] is None) is clean  # the tombstone: only when the worker left cleanly
+    n = len(producer.sent)
+    time.sleep(0.05)
+    assert len(producer.sent) == n  # stopped: no more beats
+
+
+class _Alive(FakeClients):
+    def __init__(self) -> None:
+        super().__init__({("in", 0): 0})
+        self.calls: list[str] = []
+
+    def alive(self, topic: str, group: str, worker_id: str) -> Any:
+        self.calls.append(f"alive {topic} {group} {worker_id}")
+        calls = self.calls
+
+        class _Beat:
+            def stop(self, clean: bool) -> None:
+                calls.append(f"stop clean={clean}")
+        return _Beat()
+
+    def producer(self, conf: dict[str, Any], *, transactional: bool) -> Any:
+        p = super().producer(conf, transactional=transactional)
+        original = p.init
+
+        def init(timeout: float = 60.0) -> None:
+            self.calls.append("init_transactions")
+            original(timeout)
+        p.init = init
+        return p
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_a_worker_with_a_stable_id_checks_before_it_fences(tmp_path: Path, static: bool) -> None:
+    clients = _Alive()
+    settings = Settings(home=tmp_path / "home", input_topic="in", state_topic="state", dlq_topic="dlq",
+                        members_topic="mem")
+    w = Worker(settings, None, WorkerOptions(worker_id="w1", state_dir=tmp_path / "state", static_membership=static),
+               catalog=SchemaCatalog.load(), clients=clients)
+    w.connect()
+    w.stop()
+    w.close()
+    if static:
+        assert clients.calls == ["alive mem fifolane-table w1", "init_transactions", "stop clean=True"]
+    else:  # host-pid ids are never reused: nothing to check
+        assert clients.calls == ["init_transactions"]
