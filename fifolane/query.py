@@ -81,7 +81,7 @@ def read_member(key: bytes | None, value: bytes | None) -> tuple[str, str, dict[
         return group, worker, None
     try:
         body = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
     if not isinstance(body, dict) or not isinstance(body.get("url"), str):
         return None

@@ -109,9 +109,10 @@ def topic_specs(settings: Settings, partitions: int, history_window_ms: int | No
         TopicSpec("directory", names["directory"], None, compact, compact),
         # Parked groups live in their group's partition number.
         TopicSpec("parked", names["parked"], partitions, compact, compact),
-        # One record per worker (its query address); any partition count works, one keeps
-        # a client's read of it to one partition.
-        TopicSpec("members", names["members"], 1, compact, compact),
+        # Per worker its query address and its heartbeat (one a second: services.worker.
+        # liveness); any partition count works, one keeps a client's read of it to one
+        # partition. Hourly segments: compaction cleans only closed ones.
+        TopicSpec("members", names["members"], 1, {**compact, "segment.ms": str(3_600_000)}, compact),
     ]
 
 

@@ -175,10 +175,8 @@ class KafkaClients:
         """Stop if another live process has this worker id, else start this one's heartbeat
         (services.worker.liveness)."""
         beat = Heartbeat(self._base, topic, group, worker_id)
-        if not check_alone(self._base, topic, group, worker_id, beat.instance):
-            return None  # not checked (warned): no heartbeat either
-        beat.start()
-        return beat
+        beat.start(active=check_alone(self._base, topic, group, worker_id, beat.instance))  # False: not
+        return beat  # checked (warned); it beats once the topic is there
 
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""

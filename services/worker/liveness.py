@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -51,8 +52,16 @@ log = logging.getLogger(__name__)
 EVERY_S = 1.0
 #: How long a newcomer waits for a newer heartbeat of its key after a recent one.
 WAIT_S = 3.0
-#: A heartbeat older than this (by the newcomer's clock) is a worker that is gone: no wait.
-RECENT_S = 30.0
+#: A heartbeat whose ``at`` is older than this by the newcomer's clock is a worker that is
+#: gone: no wait. Generous: the clocks of two machines may differ (the wait decides).
+RECENT_S = 600.0
+#: A newcomer reads the topic's records of the last WINDOW_S (by record time), and at least
+#: its last WINDOW_RECORDS: a live worker's last heartbeat is among them, and a members topic
+#: that compaction has not caught up with yet costs no more than that.
+WINDOW_S = 120.0
+WINDOW_RECORDS = 10_000
+#: How often a worker that started without the members topic looks for it again.
+LOOK_AGAIN_S = 10.0
 
 
 def alive_key(group: str, worker_id: str) -> bytes:
@@ -67,91 +76,120 @@ def alive_value(group: str, worker_id: str, instance: str) -> bytes:
 
 
 def read_alive(value: bytes | None) -> dict[str, Any] | None:
-    """A heartbeat's body; None for a tombstone or a value that is not one (never fatal)."""
+    """A heartbeat's body; None for a tombstone or a value that is not one (never fatal:
+    anyone who may write the topic may write anything to it)."""
     if value is None:
         return None
     try:
         body = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
     if not isinstance(body, dict) or not isinstance(body.get("instance"), str):
         return None
     return body
 
 
-def _describe(body: dict[str, Any], now: float) -> str:
+def _at(body: dict[str, Any]) -> float | None:
+    """The heartbeat's ``at`` if it is a usable time (not a bool, a huge int or NaN)."""
     at = body.get("at")
-    ago = f", its last heartbeat {max(0.0, now - at):.1f} s ago" if isinstance(at, (int, float)) else ""
-    return f"host {str(body.get('host'))[:100]!r}, pid {body.get('pid')}{ago}"
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        return None
+    try:
+        value = float(at)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _describe(body: dict[str, Any], now: float) -> str:
+    at = _at(body)
+    ago = f", its last heartbeat {max(0.0, now - at):.1f} s ago" if at is not None else ""
+    return f"host {str(body.get('host'))[:100]!r}, pid {str(body.get('pid'))[:20]}{ago}"
 
 
 def check_alone(conf: dict[str, Any], topic: str, group: str, worker_id: str, instance: str, *,
                 wait_s: float = WAIT_S, recent_s: float = RECENT_S, timeout: float = 15.0) -> bool:
     """Stop (:class:`WorkerError`) if another live process has this ``worker_id`` in
     ``group`` (the module docstring). True: the id is free; False: not checked (no members
-    topic, no access, or Kafka failed to answer: warned), so no heartbeat should be written
-    either (a producer naming a missing topic can have the broker create it)."""
+    topic, no access, or Kafka did not answer in time: warned)."""
     consumer = Consumer({**conf, "group.id": "fifolane-alive-check", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "client.id": f"{worker_id}-alive-check",
                          "allow.auto.create.topics": False, "enable.partition.eof": True})
+    unchecked = "one worker per --worker-id not checked: the members topic %r: %s"
     try:
         found = consumer.list_topics(timeout=timeout).topics.get(topic)  # all topics: never creates one
         if found is None or found.error is not None:
             why = "it does not exist" if found is None else found.error.str()
-            log.warning("one worker per --worker-id not checked: the members topic %r: %s (run `fifolane "
-                        "topics create`, or set FIFOLANE_MEMBERS_TOPIC)", topic, why)
+            log.warning(unchecked + " (run `fifolane topics create`, or set FIFOLANE_MEMBERS_TOPIC)", topic, why)
             return False
-        _check(consumer, topic, alive_key(group, worker_id), group, worker_id, instance, wait_s, recent_s, timeout)
+        if not _check(consumer, topic, alive_key(group, worker_id), group, worker_id, instance,
+                      wait_s, recent_s, timeout):
+            log.warning(unchecked, topic, f"not read within {timeout:.0f} s")
+            return False
         return True
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
         why = err.str() if isinstance(err, KafkaError) else str(exc)
-        log.warning("one worker per --worker-id not checked: the members topic %r: %s (the worker role "
-                    "needs READ and WRITE on it: `fifolane acls apply --role worker`)", topic, why)
+        log.warning(unchecked + " (the worker role needs READ and WRITE on it: `fifolane acls apply "
+                    "--role worker`)", topic, why)
         return False
     finally:
         consumer.close()
 
 
+def _window_start(consumer: Consumer, topic: str, low: int, high: int, timeout: float) -> int:
+    since = consumer.offsets_for_times([TopicPartition(topic, 0, int((time.time() - WINDOW_S) * 1000))],
+                                       timeout=timeout)[0].offset
+    return max(low, min(high if since < 0 else since, high - WINDOW_RECORDS))
+
+
 def _check(consumer: Consumer, topic: str, key: bytes, group: str, worker_id: str, instance: str,
-           wait_s: float, recent_s: float, timeout: float) -> None:
+           wait_s: float, recent_s: float, timeout: float) -> bool:
+    """True: free (or :class:`WorkerError`); False: the window was not read in time."""
     low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
     if high <= low:
-        return
-    consumer.assign([TopicPartition(topic, 0, low)])
-    last: dict[str, Any] | None = None
-    deadline = time.monotonic() + timeout
-    pos = low
-    while pos < high and time.monotonic() < deadline:  # what was written before this start
+        return True
+    consumer.assign([TopicPartition(topic, 0, _window_start(consumer, topic, low, high, timeout))])
+    last: dict[str, Any] | None = None  # this key's last heartbeat before ``high`` (None: none, or a tombstone)
+    newer: list[Any] = []  # records written since the check began (offset >= high)
+    deadline, pos = time.monotonic() + timeout, low
+    while pos < high:
+        if time.monotonic() >= deadline:
+            return False
         for msg in consumer.consume(10_000, timeout=0.5):
             err = msg.error()
             if err is not None:
                 if err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(err)
                 pos = max(pos, msg.offset() or pos)
-                continue
-            pos = (msg.offset() or 0) + 1
-            if msg.key() == key:
-                last = read_alive(msg.value())
+            elif (msg.offset() or 0) >= high:
+                newer.append(msg)
+                pos = high
+            else:
+                pos = (msg.offset() or 0) + 1
+                if msg.key() == key and (msg.value() is None or read_alive(msg.value()) is not None):
+                    last = read_alive(msg.value())  # junk under the key is not a tombstone: skipped
     if last is None or last.get("instance") == instance:
-        return
-    now = time.time()
-    at = last.get("at")
-    if isinstance(at, (int, float)) and now - at > recent_s:
-        return  # written long ago: a worker that is gone
+        return True
+    now, at = time.time(), _at(last)
+    if at is not None and now - at > recent_s:
+        return True  # written long ago: a worker that is gone
     # Recent: a worker killed a moment ago, or one that runs. Only a newer heartbeat tells.
     log.info("--worker-id %s has a recent heartbeat (%s): waiting up to %.0f s to see whether "
              "that worker still runs", worker_id, _describe(last, now), wait_s)
     until = time.monotonic() + wait_s
-    while time.monotonic() < until:
-        for msg in consumer.consume(1000, timeout=0.2):
+    while True:
+        for msg in newer:
             if msg.error() is not None or msg.key() != key:
                 continue
+            if msg.value() is None:
+                return True  # it stopped cleanly meanwhile
             body = read_alive(msg.value())
-            if body is None:
-                return  # it stopped cleanly meanwhile
-            if body.get("instance") != instance:
+            if body is not None and body.get("instance") != instance:
                 raise _taken(worker_id, group, body, time.time())
+        if time.monotonic() >= until:
+            return True
+        newer = consumer.consume(1000, timeout=0.2)
 
 
 def _taken(worker_id: str, group: str, body: dict[str, Any], now: float) -> WorkerError:
@@ -162,25 +200,42 @@ def _taken(worker_id: str, group: str, body: dict[str, Any], now: float) -> Work
 
 class Heartbeat:
     """Writes this worker's heartbeat every :data:`EVERY_S` on a thread; :meth:`stop` writes
-    the tombstone (a clean stop) or nothing (a failed start: the key may be another's)."""
+    the tombstone (a clean stop) or nothing (a failed start: the key may be another's).
+
+    Started inactive (the members topic was missing or unreadable at the check), it looks for
+    the topic every :data:`LOOK_AGAIN_S` and beats once it is there: a worker that was there
+    first is protected once `fifolane topics create` has run. Its producer never creates the
+    topic (a deleted members topic stays deleted: its beats fail, with one warning)."""
 
     def __init__(self, conf: dict[str, Any], topic: str, group: str, worker_id: str,
-                 instance: str | None = None, every: float = EVERY_S) -> None:
+                 instance: str | None = None, every: float = EVERY_S, look_again: float = LOOK_AGAIN_S) -> None:
         self.topic, self.group, self.worker_id = topic, group, worker_id
         self.instance = instance or uuid.uuid4().hex
-        self.every = every
+        self.every, self.look_again = every, look_again
         self._conf = {**conf, "enable.idempotence": True, "acks": "all", "linger.ms": 0,
-                      "client.id": f"{worker_id}-alive"}
+                      "allow.auto.create.topics": False, "client.id": f"{worker_id}-alive"}
         self._producer: Producer | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._warned = False
+        self.active = False
 
-    def start(self) -> None:
+    def start(self, active: bool = True) -> None:
+        """Beat now and on a thread (``active``), or once the topic exists."""
         self._producer = Producer(self._conf)
-        self._beat()
+        self.active = active
+        if active:
+            self._beat()
         self._thread = threading.Thread(target=self._run, name="alive-heartbeat", daemon=True)
         self._thread.start()
+
+    def _topic_exists(self) -> bool:
+        assert self._producer is not None
+        try:  # the full list: naming the topic could create it
+            found = self._producer.list_topics(timeout=5).topics.get(self.topic)
+        except KafkaException:
+            return False
+        return found is not None and found.error is None
 
     def _on_delivery(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None and not self._warned:
@@ -200,7 +255,17 @@ class Heartbeat:
         self._producer.poll(0)
 
     def _run(self) -> None:
+        waited = 0.0
         while not self._stop.wait(self.every):
+            if not self.active:
+                waited += self.every
+                if waited < self.look_again:
+                    continue
+                waited = 0.0
+                if not self._topic_exists():
+                    continue
+                self.active = True
+                log.info("the members topic %r exists now: this worker's heartbeat is on", self.topic)
             self._beat()
 
     def stop(self, clean: bool) -> None:
@@ -211,7 +276,7 @@ class Heartbeat:
             self._thread = None
         if self._producer is None:
             return
-        if clean:
+        if clean and self.active:
             self._beat(alive=False)
         self._producer.flush(5 if clean else 0)
         self._producer = None

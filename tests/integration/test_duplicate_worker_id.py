@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from kafka_fixtures import wait_until
 from worker_support import WorkerProcess, processes, read_table, reservation, send_events
 
@@ -101,6 +101,49 @@ def test_a_killed_worker_s_successor_with_its_id_starts(settings: Settings, topi
         assert w.terminate() == 0
         log = w.log_file.read_text(errors="replace")
         assert log.count("joined group") == 3 and log.count("has a recent heartbeat") == 1, log  # the 2nd start only
+
+
+def test_a_members_topic_deleted_and_made_again(settings: Settings, topics: Any, tmp_path: Path) -> None:
+    """The heartbeat never creates the members topic (it would be made with the broker's
+    defaults, not compacted); once `topics create` has made it again, the running worker
+    beats again and a duplicate is refused."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    from fifolane.topics import ensure_topics
+
+    admin = AdminClient(settings.kafka_config())
+    a = WorkerProcess(settings, "kept", tmp_path / "a")
+    (tmp_path / "a").mkdir()
+    with processes(a):
+        want = _running(settings, a, "A")
+        admin.delete_topics([settings.members_topic])[settings.members_topic].result(30)
+        wait_until(lambda: "heartbeat not written" in a.log_tail(400), timeout=60, message=a.log_tail)
+        assert settings.members_topic not in admin.list_topics(timeout=10).topics
+        ensure_topics(settings)
+        res = ConfigResource(ResourceType.TOPIC, settings.members_topic)
+        configs = admin.describe_configs([res])[res].result(30)
+        assert (configs["cleanup.policy"].value, configs["segment.ms"].value) == ("compact", "3600000")
+        group = re.search(r"joined group (\S+)", a.log_tail(400))
+        assert group is not None, a.log_tail()
+        key = f"alive:{group.group(1)}/kept".encode()
+        reader = Consumer({"bootstrap.servers": settings.resolved_bootstrap(), "group.id": "t-members",
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        reader.assign([TopicPartition(settings.members_topic, 0, 0)])
+        try:  # the running worker beats into the new topic (its producer finds it again)
+            wait_until(lambda: any(m.error() is None and m.key() == key for m in reader.consume(100, timeout=0.5)),
+                       timeout=60, message=a.log_tail)
+        finally:
+            reader.close()
+        b = WorkerProcess(settings, "kept", tmp_path / "b")
+        (tmp_path / "b").mkdir()
+        b.start()
+        assert b.proc is not None and b.proc.wait(60) == 2, b.log_tail()
+        assert "another worker runs with --worker-id kept" in _our_last_line(b), b.log_tail()
+        want |= _running(settings, a, "B")
+        assert set(read_table(settings)) == want
+        snap = a.snapshot()
+        assert (snap["consumer_renewals"], snap["aborts"]) == (0, 0), snap
+        assert a.terminate() == 0
 
 
 def test_without_the_heartbeat_the_newcomer_stops_after_two_fencings(settings: Settings, topics: Any,

@@ -58,6 +58,9 @@ class _Topic:
         self.listed = listed  # "ok", None (not in the topic list) or a KafkaError (the topic's error)
         self.waited = 0  # consume calls after everything written before was read
         self.closed = False
+        self.since = 0  # offsets_for_times' answer (-1: no record that recent)
+        self.assigned_at = -1
+        self.slow = False  # consume returns nothing while records are due (a broker too slow)
 
 
 def _consumer_of(topic: _Topic) -> type:
@@ -79,10 +82,18 @@ def _consumer_of(topic: _Topic) -> type:
                 raise KafkaException(topic.refuse)
             return 0, len(topic.before)
 
+        def offsets_for_times(self, tps: list[Any], timeout: float) -> list[Any]:
+            return [SimpleNamespace(offset=topic.since)]
+
         def assign(self, tps: list[Any]) -> None:
             self._t0 = time.monotonic()
+            topic.assigned_at = tps[0].offset
+            self._pending = [m for m in self._pending if m.offset() >= tps[0].offset]
 
         def consume(self, n: int, timeout: float) -> list[_Msg]:
+            if topic.slow:
+                time.sleep(min(timeout, 0.05))
+                return []
             if self._pending:
                 out, self._pending = self._pending[:n], self._pending[n:]
                 return out
@@ -104,9 +115,9 @@ def _beat(instance: str, *, ago: float = 0.0, host: str = "h1", pid: int = 42) -
     return json.dumps(data).encode()
 
 
-def _check(monkeypatch: pytest.MonkeyPatch, topic: _Topic, wait_s: float = 0.5) -> bool:
+def _check(monkeypatch: pytest.MonkeyPatch, topic: _Topic, wait_s: float = 0.5, timeout: float = 15.0) -> bool:
     monkeypatch.setattr(liveness, "Consumer", _consumer_of(topic))
-    return check_alone({"bootstrap.servers": "x:1"}, "members", "g", "w1", "mine", wait_s=wait_s)
+    return check_alone({"bootstrap.servers": "x:1"}, "members", "g", "w1", "mine", wait_s=wait_s, timeout=timeout)
 
 
 def test_an_empty_members_topic_lets_the_worker_start(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,7 +133,7 @@ def test_a_clean_stop_lets_the_next_worker_start_without_waiting(monkeypatch: py
 
 
 def test_a_heartbeat_written_long_ago_is_a_worker_that_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
-    topic = _Topic([(KEY, _beat("old", ago=600))])
+    topic = _Topic([(KEY, _beat("old", ago=3600))])
     _check(monkeypatch, topic)
     assert topic.waited == 0
 
@@ -148,6 +159,54 @@ def test_a_killed_worker_s_recent_heartbeat_costs_a_short_wait(monkeypatch: pyte
 def test_a_worker_that_stops_cleanly_during_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     topic = _Topic([(KEY, _beat("old", ago=0.2))], later=[(0.05, KEY, None), (0.1, KEY, _beat("new"))])
     _check(monkeypatch, topic, wait_s=5.0)  # the tombstone ends the wait: the later beat is not read
+
+
+def test_junk_under_the_key_after_a_live_heartbeat_is_not_a_stop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anyone who may write the topic may write junk under the key: it is skipped, never
+    taken for the tombstone of a clean stop, before the check or during its wait."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    topic = _Topic([(KEY, _beat("other", ago=0.3)), (KEY, b"junk"), (KEY, deep), (KEY, b'{"instance": 1}')],
+                   later=[(0.05, KEY, b"junk"), (0.1, KEY, deep), (0.15, KEY, _beat("other", pid=77))])
+    with pytest.raises(WorkerError, match="pid 77"):
+        _check(monkeypatch, topic, wait_s=5.0)
+
+
+@pytest.mark.parametrize("at", ["10" + "0" * 400, "1e999", "NaN", "true", '"yesterday"', "null"])
+def test_a_heartbeat_with_an_unusable_time_still_waits_and_names_the_worker(
+        monkeypatch: pytest.MonkeyPatch, at: str) -> None:
+    odd = b'{"instance": "other", "host": "h9", "pid": 9, "at": ' + at.encode() + b"}"
+    topic = _Topic([(KEY, odd)], later=[(0.05, KEY, odd)])
+    with pytest.raises(WorkerError) as caught:
+        _check(monkeypatch, topic, wait_s=5.0)
+    assert "(host 'h9', pid 9): starting this one" in str(caught.value), caught.value
+
+
+def test_only_heartbeats_written_after_the_check_began_count_as_newer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backlog's older heartbeats of the same worker are not proof that it runs."""
+    topic = _Topic([(KEY, _beat("other", ago=5.0)), (KEY, _beat("other", ago=4.0)), (KEY, _beat("other", ago=3.5))])
+    assert _check(monkeypatch, topic, wait_s=0.3) is True
+
+
+def test_the_check_reads_a_window_not_the_whole_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the first record of the last two minutes; a heartbeat before it (a worker gone
+    long ago, not compacted yet) is not read."""
+    topic = _Topic([(KEY, _beat("other", ago=1.0))] + [(alive_key("g", f"x{i}"), _beat("x")) for i in range(20)])
+    topic.since = 5
+    monkeypatch.setattr(liveness, "WINDOW_RECORDS", 3)  # and at least the last 3 records
+    assert _check(monkeypatch, topic, wait_s=5.0) is True
+    assert topic.assigned_at == 5 and topic.waited == 0
+    topic.since, topic.waited = -1, 0  # nothing written in the window: the last 3 records are read
+    assert _check(monkeypatch, topic, wait_s=5.0) is True
+    assert topic.assigned_at == 18
+
+
+def test_a_topic_not_read_in_time_is_not_checked(monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    topic = _Topic([(KEY, _beat("other", ago=0.5))])
+    topic.slow = True
+    with caplog.at_level(logging.WARNING):
+        assert _check(monkeypatch, topic, timeout=0.3) is False
+    assert "not checked: the members topic 'members': not read within 0 s" in caplog.text, caplog.text
 
 
 def test_other_workers_groups_and_garbage_are_not_this_id(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -183,6 +242,8 @@ def test_query_readers_skip_the_heartbeats() -> None:
         assert found is None or found[0] != "g", found
     assert read_alive(member_value("w1", "g", "in", "http://a:1")) is None
     assert read_alive(None) is None
+    deep = b"[" * 100_000 + b"]" * 100_000  # whoever wrote it: never a crash of a reader
+    assert read_member(member_key("g", "w1"), deep) is None and read_alive(deep) is None
 
 
 class _Producer:
@@ -200,6 +261,11 @@ class _Producer:
     def flush(self, timeout: float) -> int:
         self.flushed.append(timeout)
         return 0
+
+    def list_topics(self, timeout: float) -> Any:
+        return SimpleNamespace(topics={t: SimpleNamespace(error=None) for t in self.topics})
+
+    topics: list[str] = []
 
 
 @pytest.mark.parametrize("clean", [True, False])
@@ -224,6 +290,33 @@ def test_the_heartbeat_beats_and_a_clean_stop_leaves_a_tombstone(monkeypatch: py
     n = len(producer.sent)
     time.sleep(0.05)
     assert len(producer.sent) == n  # stopped: no more beats
+
+
+def test_a_worker_started_without_the_topic_beats_once_it_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[_Producer] = []
+    monkeypatch.setattr(liveness, "Producer", lambda conf: made.append(_Producer(conf)) or made[-1])
+    beat = Heartbeat({"bootstrap.servers": "x:1"}, "members", "g", "w1", every=0.01, look_again=0.05)
+    beat.start(active=False)
+    (producer,) = made
+    assert producer.conf["allow.auto.create.topics"] is False  # a deleted members topic stays deleted
+    time.sleep(0.2)
+    assert producer.sent == [] and not beat.active  # no topic: nothing written (it could be created)
+    producer.topics = ["members"]
+    deadline = time.monotonic() + 5
+    while not producer.sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    beat.stop(clean=True)
+    assert beat.active and producer.sent and producer.sent[-1][1] is None
+    assert read_alive(producer.sent[0][1]) is not None
+
+
+def test_an_inactive_heartbeat_leaves_no_tombstone(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[_Producer] = []
+    monkeypatch.setattr(liveness, "Producer", lambda conf: made.append(_Producer(conf)) or made[-1])
+    beat = Heartbeat({"bootstrap.servers": "x:1"}, "members", "g", "w1", every=0.01, look_again=10)
+    beat.start(active=False)
+    beat.stop(clean=True)
+    assert made[0].sent == []
 
 
 class _Alive(FakeClients):
