@@ -48,6 +48,7 @@ ROLES = ("input", "state", "registry", "dlq", "listener_output", "directory", "p
 #: Configs shown by describe and kept in TopicState.
 _SHOWN_CONFIGS = (
     "cleanup.policy", "min.compaction.lag.ms", "delete.retention.ms", "retention.ms", "min.insync.replicas",
+    "segment.ms",
 )
 
 

@@ -36,6 +36,9 @@ __all__ = ["CHECK_TIMEOUT_S", "LIBRDKAFKA_LOG", "LibrdkafkaLog", "check_reachabl
 CHECK_TIMEOUT_S = 5.0
 # The parts of a librdkafka line that change between repeats of one problem.
 _VARYING = re.compile(r"\s*\(after \d+ms in state \w+(?:[^()]|\([^()]*\))*\)|\s*\d+ms\b|: \d+/\d+ brokers are down")
+# Lines of a retry that librdkafka makes on its own, each time a broker has just started
+# (its coordinators load): info, not a warning to the person at the command line.
+_RETRIED = re.compile(r"(Coordinator load in progress|Not coordinator|Coordinator not available).*: retrying")
 
 
 class LibrdkafkaLog:
@@ -67,6 +70,8 @@ class LibrdkafkaLog:
             return
         if len(self.repeats) < self.limit:
             self.repeats[key] = 1
+        if _RETRIED.search(str(text)):
+            level = min(level, logging.INFO)
         self.logger.log(min(level, self.max_level), "%s: %s (repeats are not logged)", facility, text)
 
 

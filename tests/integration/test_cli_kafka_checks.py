@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
 
@@ -103,3 +104,25 @@ def test_topics_create_warns_about_an_input_topic_of_another_partition_count(set
     assert "--partitions 1 (or FIFOLANE_PARTITIONS=1)" in warning[0]
     confirmed = _cli(settings, "topics", "create", "--partitions", "1")
     assert confirmed.returncode == 0 and "warning: the input topic" not in confirmed.stderr
+
+
+def test_topics_create_warns_about_a_members_topic_that_heartbeats_would_grow(settings: Settings) -> None:
+    """A members topic made before the heartbeats (or by hand) rolls its segments weekly: the
+    heartbeats (one a second per worker) would pile up until then, since compaction cleans
+    only rolled segments. `topics create` makes it with hourly segments, and says how to fix
+    an older one (never altering it silently)."""
+    admin = AdminClient(settings.kafka_config())
+    admin.create_topics([NewTopic(settings.members_topic, 1, 1, config={"cleanup.policy": "compact"})]
+                        )[settings.members_topic].result(30)
+    result = _cli(settings, "topics", "create")
+    assert result.returncode == 0, result.stderr
+    warning = [ln for ln in result.stderr.splitlines() if ln.startswith("warning: the members topic")]
+    assert warning == [f"warning: the members topic {settings.members_topic} rolls its segments every 7 day(s): "
+                       "the workers' heartbeats (one a second each) are compacted only in rolled segments, so it "
+                       "grows until then; fix: kafka-configs.sh --alter --entity-type topics --entity-name "
+                       f"{settings.members_topic} --add-config segment.ms=3600000"], result.stderr
+    admin.delete_topics([settings.members_topic])[settings.members_topic].result(30)
+    wait_until(lambda: settings.members_topic not in _topics(settings), timeout=30, interval=0.2)
+    made = _cli(settings, "topics", "create")
+    assert made.returncode == 0 and "warning: the members topic" not in made.stderr, made.stderr
+    assert f"created members          {settings.members_topic}" in made.stdout, made.stdout

@@ -20,7 +20,9 @@ used the id once) is survived."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -67,7 +69,8 @@ def test_a_second_worker_with_the_same_id_stops_before_it_fences_the_first(setti
             while b.alive():
                 batch = [("reservation", reservation(f"R{i}", f"LH{i % 30}", 1), "upsert") for i in range(sent, sent + 50)]
                 sent += send_events(settings, batch)
-                time.sleep(0.2)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    b.proc.wait(0.2)  # until it stops, sending meanwhile
             assert b.proc is not None and b.proc.wait(30) == 2, b.log_tail()
             last = _our_last_line(b)
             assert re.match(r"error: another worker runs with --worker-id same in consumer group \S+ "

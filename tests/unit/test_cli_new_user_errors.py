@@ -127,6 +127,20 @@ def test_librdkafka_lines_are_logged_once(caplog: pytest.LogCaptureFixture) -> N
     assert list(log.repeats.values()) == [3, 1]
 
 
+def test_retries_of_a_broker_that_just_started_are_info(caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka retries these on its own; at the command line they were a warning in the
+    middle of `produce`'s report (seen in CI on a broker that had just started)."""
+    log = LibrdkafkaLog("fifolane.librdkafka.test2")
+    with caplog.at_level(logging.DEBUG, logger="fifolane.librdkafka.test2"):
+        log.log(logging.WARNING, "%s [%s] %s", "GETPID", "p", "[thrd:main]: Failed to acquire idempotence PID "
+                "from broker 127.0.0.1:9092/0: Broker: Coordinator load in progress: retrying")
+        log.log(logging.WARNING, "%s [%s] %s", "GETPID", "p", "[thrd:main]: Failed to acquire transactional PID "
+                "from broker TxnCoordinator/0: Broker: Not coordinator: retrying")
+        log.log(logging.WARNING, "%s [%s] %s", "GETPID", "p", "Failed to acquire PID: Broker: Cluster "
+                "authorization failed")
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.INFO, logging.WARNING]
+
+
 # --- produce: NaN, summaries, Ctrl-C ----------------------------------------------------------
 class _Fake:
     """confluent-kafka's Producer surface; ``interrupt_at``: produce() of that record raises

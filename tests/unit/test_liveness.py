@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from fake_kafka import FakeClients
+from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
 from fifolane.errors import WorkerError
@@ -26,6 +28,7 @@ from services.worker.options import WorkerOptions
 from services.worker.runtime import Worker
 
 KEY = alive_key("g", "w1")
+_BLOCK = threading.Event()  # never set: what a fake's blocking call waits on
 
 
 class _Msg:
@@ -92,7 +95,7 @@ def _consumer_of(topic: _Topic) -> type:
 
         def consume(self, n: int, timeout: float) -> list[_Msg]:
             if topic.slow:
-                time.sleep(min(timeout, 0.05))
+                _BLOCK.wait(min(timeout, 0.05))  # as the real call blocks for its timeout
                 return []
             if self._pending:
                 out, self._pending = self._pending[:n], self._pending[n:]
@@ -101,7 +104,7 @@ def _consumer_of(topic: _Topic) -> type:
             due = [m for t, m in topic.later if time.monotonic() - self._t0 >= t]
             topic.later = [(t, m) for t, m in topic.later if m not in due]
             if not due:
-                time.sleep(min(timeout, 0.02))
+                _BLOCK.wait(min(timeout, 0.02))  # as the real call blocks for its timeout
             return due
 
         def close(self) -> None:
@@ -263,9 +266,11 @@ class _Producer:
         return 0
 
     def list_topics(self, timeout: float) -> Any:
+        self.looked += 1
         return SimpleNamespace(topics={t: SimpleNamespace(error=None) for t in self.topics})
 
     topics: list[str] = []
+    looked = 0
 
 
 @pytest.mark.parametrize("clean", [True, False])
@@ -275,9 +280,7 @@ def test_the_heartbeat_beats_and_a_clean_stop_leaves_a_tombstone(monkeypatch: py
     monkeypatch.setattr(liveness, "Producer", lambda conf: made.append(_Producer(conf)) or made[-1])
     beat = Heartbeat({"bootstrap.servers": "x:1"}, "members", "g", "w1", every=0.01)
     beat.start()
-    deadline = time.monotonic() + 5
-    while len(made[0].sent) < 3 and time.monotonic() < deadline:
-        time.sleep(0.01)  # the beats come from the heartbeat's thread
+    wait_until(lambda: len(made[0].sent) >= 3, timeout=5, interval=0.01)  # beats from the heartbeat's thread
     beat.stop(clean=clean)
     (producer,) = made
     assert producer.conf["client.id"] == "w1-alive" and producer.conf["enable.idempotence"] is True
@@ -287,9 +290,7 @@ def test_the_heartbeat_beats_and_a_clean_stop_leaves_a_tombstone(monkeypatch: py
     assert all(b is not None and b["instance"] == beat.instance and b["worker"] == "w1" and b["group"] == "g"
                for b in bodies), bodies
     assert (producer.sent[-1][1] is None) is clean  # the tombstone: only when the worker left cleanly
-    n = len(producer.sent)
-    time.sleep(0.05)
-    assert len(producer.sent) == n  # stopped: no more beats
+    assert beat._thread is None  # stopped and joined: no more beats
 
 
 def test_a_worker_started_without_the_topic_beats_once_it_exists(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,12 +300,10 @@ def test_a_worker_started_without_the_topic_beats_once_it_exists(monkeypatch: py
     beat.start(active=False)
     (producer,) = made
     assert producer.conf["allow.auto.create.topics"] is False  # a deleted members topic stays deleted
-    time.sleep(0.2)
+    wait_until(lambda: producer.looked >= 2, timeout=5, interval=0.01)  # it looked for the topic twice
     assert producer.sent == [] and not beat.active  # no topic: nothing written (it could be created)
     producer.topics = ["members"]
-    deadline = time.monotonic() + 5
-    while not producer.sent and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: producer.sent, timeout=5, interval=0.01)
     beat.stop(clean=True)
     assert beat.active and producer.sent and producer.sent[-1][1] is None
     assert read_alive(producer.sent[0][1]) is not None
