@@ -210,11 +210,12 @@ class StateClient:
         for url in urls:
             try:
                 r = self._http.get(url + API + "/routing")
-            except httpx.HTTPError as exc:
+                routing = r.json() if r.status_code == 200 else None
+            except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # not an endpoint of ours
                 last = exc
                 continue
-            if r.status_code == 200:
-                self._routing = r.json()
+            if isinstance(routing, dict):
+                self._routing = routing
                 return None
             last = QueryError(f"{url}: routing answered {r.status_code}", status=str(r.status_code))
         return last if last is not None else QueryError("no query endpoint known", status=UNAVAILABLE)

@@ -83,6 +83,15 @@ def read_member(key: bytes | None, value: bytes | None) -> tuple[str, str, dict[
         body = json.loads(value)
     except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None
-    if not isinstance(body, dict) or not isinstance(body.get("url"), str):
+    if not isinstance(body, dict) or not _usable_url(body.get("url")):
         return None
     return group, worker, body
+
+
+def _usable_url(url: object) -> bool:
+    """An ``http(s)://host[:port]`` a client can ask: anyone who may write the members topic
+    may write anything there, and one bad address must not break every reader's routing."""
+    if not isinstance(url, str) or len(url) > 2048 or not url.isprintable() or " " in url:
+        return False
+    scheme, sep, rest = url.partition("://")
+    return bool(sep) and scheme in ("http", "https") and bool(rest) and not rest.startswith(("/", ":"))

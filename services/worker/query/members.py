@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 _CONSUMER_SUFFIX = "-consumer"
 #: how long refreshes may fail before the admin clients are made anew
 _RENEW_AFTER_S = 5.0
+#: how often a worker writes its members record again (the topic may have been made anew)
+_ANNOUNCE_EVERY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,9 @@ class Roster:
         self._listeners: list[Callable[[Routing], None]] = []
         self._refresh_now = threading.Event()
         self.renewals = 0  # admin clients made anew (refreshes kept failing)
+        self._announcing = threading.Lock()
+        self._me: tuple[str, str] | None = None  # (worker id, url) while announced
+        self._announced = 0.0
 
     @property
     def _admin(self) -> AdminClient:
@@ -143,14 +148,32 @@ class Roster:
                               f"set FIFOLANE_MEMBERS_TOPIC)")
 
     def announce(self, worker_id: str, url: str | None) -> None:
-        """Write (url) or clear (None) this worker's members record, and wait for it."""
+        """Write (url) or clear (None) this worker's members record, and wait for it. The
+        record is written again every :data:`_ANNOUNCE_EVERY_S` while the url stands (a
+        members topic deleted and made again gets it back); never after it was cleared."""
+        with self._announcing:
+            self._me = None if url is None else (worker_id, url)
+            self._write(worker_id, url, 30.0)
+
+    def _announce_again(self) -> None:
+        with self._announcing:  # a clear (close) waits: nothing is written after it
+            if self._me is None or time.monotonic() - self._announced < _ANNOUNCE_EVERY_S:
+                return
+            try:
+                self._write(*self._me, 5.0)
+            except KafkaException as exc:
+                log.info("members record not written again: %s", exc)
+
+    def _write(self, worker_id: str, url: str | None, wait: float) -> None:
         producer = Producer({**self._conf, "enable.idempotence": True, "acks": "all",
+                             "allow.auto.create.topics": False,  # a deleted topic stays deleted
                              "client.id": f"{worker_id}-members"})
         value = None if url is None else member_value(worker_id, self.group_id, self._input, url)
         producer.produce(self._members_topic, value, member_key(self.group_id, worker_id))
-        left = producer.flush(30)
+        left = producer.flush(wait)
+        self._announced = time.monotonic()
         if left:
-            log.warning("members record of %s not acknowledged within 30 s", worker_id)
+            log.warning("members record of %s not acknowledged within %.0f s", worker_id, wait)
 
     def on_change(self, fn: Callable[[Routing], None]) -> None:
         self._listeners.append(fn)
@@ -190,6 +213,8 @@ class Roster:
                 elif now - failing_since >= _RENEW_AFTER_S and not self._stop.is_set():
                     self._renew()
                     failing_since = now
+            if not self._stop.is_set():
+                self._announce_again()
             self._refresh_now.wait(self._interval)
             self._refresh_now.clear()
 
