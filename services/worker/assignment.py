@@ -36,6 +36,9 @@ __all__ = ["Assignment", "Topics"]
 log = logging.getLogger(__name__)
 
 _RETRY_S = 2.0  # pause before restoring a partition again after a failed restore
+#: How long a restored partition stays paused while its seek to the committed offset fails
+#: (librdkafka: _STATE while the partition's fetch state settles); then it resumes anyway.
+_SEEK_AGAIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class Assignment:
         self.restoring: dict[tuple[str, int], Restore] = {}
         self._retry: dict[tuple[str, int], float] = {}
         self._restored: list[tuple[str, int]] = []
+        self._seek_failing: dict[tuple[str, int], float] = {}  # first failed seek before resuming
         self._announced: set[int] = set()
 
     def send_state(self) -> None:
@@ -107,6 +111,7 @@ class Assignment:
             if task is not None:
                 task.cancel()
             self._retry.pop((topic, p), None)
+            self._seek_failing.pop((topic, p), None)
             if (topic, p) in self._restored:
                 self._restored.remove((topic, p))
             if topic == self.topics.input:
@@ -165,22 +170,34 @@ class Assignment:
                 return
         restored, self._restored = self._restored, []
         for topic, p in restored:
-            self._activate(topic, p)
+            if not self._activate(topic, p):
+                self._restored.append((topic, p))  # its seek failed: again at the next turn
         self._stats.assigned, self._stats.assigned_directory = sorted(self.tables), sorted(self.directories)
 
-    def _activate(self, topic: str, p: int) -> None:
+    def _activate(self, topic: str, p: int) -> bool:
+        """Seek to the committed offset, resume, take it on; False: the seek failed, the
+        partition stays paused (a partition resumed without it stalled a worker in CI)."""
         base = self._ckpt.base_of(topic, p)
         tp = TopicPartition(topic, p, OFFSET_BEGINNING if base is None else base)
         try:
             self._consumer.seek(tp)
         except KafkaClientError as exc:
-            log.info("seek %s[%d] before resuming: %s", topic, p, exc)
+            now = time.monotonic()
+            if (topic, p) not in self._seek_failing:
+                self._seek_failing[(topic, p)] = now
+                log.info("seek %s[%d] before resuming: %s (again at the next turn)", topic, p, exc)
+            if now - self._seek_failing[(topic, p)] < _SEEK_AGAIN_S:
+                return False
+            log.warning("seek %s[%d] before resuming failed for %.0f s: %s; resuming at the consumer's "
+                        "position", topic, p, now - self._seek_failing[(topic, p)], exc)
+        self._seek_failing.pop((topic, p), None)
         self._consumer.resume([TopicPartition(topic, p)])
         if topic == self.topics.input:
             self.tables[p] = self._make_table(p)
         else:
             self.directories[p] = self._make_directory(p)
         log.info("%s[%d] restored: processing from offset %s", topic, p, base)
+        return True
 
     # -- reporting -----------------------------------------------------------------------------
     @property
