@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from fake_kafka import FakeClients
+from fake_kafka import FakeClients, FakeMsg
 from kafka_fixtures import wait_until
 
 from fifolane.config import Settings
@@ -31,23 +31,6 @@ KEY = alive_key("g", "w1")
 _BLOCK = threading.Event()  # never set: what a fake's blocking call waits on
 
 
-class _Msg:
-    def __init__(self, offset: int, key: bytes | None, value: bytes | None) -> None:
-        self._o, self._k, self._v = offset, key, value
-
-    def error(self) -> None:
-        return None
-
-    def offset(self) -> int:
-        return self._o
-
-    def key(self) -> bytes | None:
-        return self._k
-
-    def value(self) -> bytes | None:
-        return self._v
-
-
 class _Topic:
     """The members topic: records written before the check, and records that appear
     ``later`` seconds after the check began reading (another worker's heartbeats)."""
@@ -55,8 +38,8 @@ class _Topic:
     def __init__(self, before: list[tuple[bytes, bytes | None]],
                  later: Sequence[tuple[float, bytes, bytes | None]] = (), refuse: KafkaError | None = None,
                  listed: Any = "ok") -> None:
-        self.before = [_Msg(i, k, v) for i, (k, v) in enumerate(before)]
-        self.later = [(t, _Msg(len(before) + i, k, v)) for i, (t, k, v) in enumerate(later)]
+        self.before = [FakeMsg(0, i, k, v) for i, (k, v) in enumerate(before)]
+        self.later = [(t, FakeMsg(0, len(before) + i, k, v)) for i, (t, k, v) in enumerate(later)]
         self.refuse = refuse  # raised when its offsets are asked for
         self.listed = listed  # "ok", None (not in the topic list) or a KafkaError (the topic's error)
         self.waited = 0  # consume calls after everything written before was read
@@ -93,7 +76,7 @@ def _consumer_of(topic: _Topic) -> type:
             topic.assigned_at = tps[0].offset
             self._pending = [m for m in self._pending if m.offset() >= tps[0].offset]
 
-        def consume(self, n: int, timeout: float) -> list[_Msg]:
+        def consume(self, n: int, timeout: float) -> list[FakeMsg]:
             if topic.slow:
                 _BLOCK.wait(min(timeout, 0.05))  # as the real call blocks for its timeout
                 return []

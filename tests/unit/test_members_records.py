@@ -51,14 +51,20 @@ class _Producer:
         return 0
 
 
-def test_a_worker_writes_its_address_again_until_it_clears_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def _roster(monkeypatch: pytest.MonkeyPatch, producer: type) -> Any:
+    """A roster whose members records go to ``producer`` (written again at every chance)."""
     from services.worker.query import members
 
-    monkeypatch.setattr(members, "Producer", _Producer)
+    monkeypatch.setattr(members, "Producer", producer)
     monkeypatch.setattr(members, "_ANNOUNCE_EVERY_S", 0.0)
     _Producer.written = []
-    roster = members.Roster({"bootstrap.servers": "127.0.0.1:1"}, group_id="g", input_topic="in",
-                            directory_topic=None, members_topic="m", standby_replicas=0)
+    return members.Roster({"bootstrap.servers": "127.0.0.1:1"}, group_id="g", input_topic="in",
+                          directory_topic=None, members_topic="m", standby_replicas=0)
+
+
+def test_a_worker_writes_its_address_again_until_it_clears_it(monkeypatch: pytest.MonkeyPatch) -> None:
+
+    roster = _roster(monkeypatch, _Producer)
     roster.announce("w1", "http://w1:8081")
     roster._announce_again()
     roster._announce_again()
@@ -71,7 +77,6 @@ def test_a_worker_writes_its_address_again_until_it_clears_it(monkeypatch: pytes
 
 def test_a_clear_is_never_overtaken_by_a_write_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """The roster's thread writes again while the worker closes: the clear comes last."""
-    from services.worker.query import members
 
     started, release = threading.Event(), threading.Event()
 
@@ -82,11 +87,7 @@ def test_a_clear_is_never_overtaken_by_a_write_again(monkeypatch: pytest.MonkeyP
                 release.wait(5)
             return 0
 
-    monkeypatch.setattr(members, "Producer", _Slow)
-    monkeypatch.setattr(members, "_ANNOUNCE_EVERY_S", 0.0)
-    _Producer.written = []
-    roster = members.Roster({"bootstrap.servers": "127.0.0.1:1"}, group_id="g", input_topic="in",
-                            directory_topic=None, members_topic="m", standby_replicas=0)
+    roster = _roster(monkeypatch, _Slow)
     roster.announce("w1", "http://w1:8081")
     again = threading.Thread(target=roster._announce_again)
     again.start()
