@@ -21,7 +21,7 @@ from fifolane.errors import FifolaneError
 
 __all__ = [
     "API", "MOVED", "NOT_FOUND", "OK", "RESTORING", "STATUS_CODES", "TIMEOUT", "UNAVAILABLE",
-    "QueryError", "entity_key", "member_key", "member_value", "read_member",
+    "QueryError", "entity_key", "json_object", "member_key", "member_value", "read_member",
 ]
 
 #: The path prefix of every endpoint (a new major version gets a new prefix).
@@ -79,13 +79,20 @@ def read_member(key: bytes | None, value: bytes | None) -> tuple[str, str, dict[
         return None
     if value is None:
         return group, worker, None
-    try:
-        body = json.loads(value)
-    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
-        return None
-    if not isinstance(body, dict) or not _usable_url(body.get("url")):
+    body = json_object(value)
+    if body is None or not _usable_url(body.get("url")):
         return None
     return group, worker, body
+
+
+def json_object(value: bytes) -> dict[str, Any] | None:
+    """``value`` as a JSON object; None for anything else (never an error: the members topic
+    is writable by every worker, and JSON nested thousands deep raises RecursionError)."""
+    try:
+        body = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def _usable_url(url: object) -> bool:

@@ -71,13 +71,12 @@ def create(partitions: int | None, replication_factor: int | None, history_windo
     members = states.get("members")
     segment = members.config.get("segment.ms", "") if members is not None else ""
     if members is not None and not members.created and (not segment.isdigit() or int(segment) > 86_400_000):
+        rolls = f"rolls its segments every {int(segment) / 86_400_000:g} day(s)" if segment.isdigit() \
+            else "has no segment.ms"
         click.echo(
-            f"warning: the members topic {members.name} rolls its segments every "
-            f"{int(segment) / 86_400_000:g} day(s): the workers' heartbeats (one a second each) are compacted "
-            f"only in rolled segments, so it grows until then; fix: kafka-configs.sh --alter --entity-type "
-            f"topics --entity-name {members.name} --add-config segment.ms=3600000" if segment.isdigit() else
-            f"warning: the members topic {members.name} has no segment.ms: set it to 3600000 (hourly) so "
-            f"that the workers' heartbeats are compacted", err=True,
+            f"warning: the members topic {members.name} {rolls}: the workers' heartbeats (one a second each) "
+            f"are compacted only in rolled segments, so it grows until then; fix: kafka-configs.sh --alter "
+            f"--entity-type topics --entity-name {members.name} --add-config segment.ms=3600000", err=True,
         )
     brokers = broker_count(settings, timeout=timeout)
     thin = sorted(s.name for s in states.values() if s.replication_factor < min(brokers, 3))

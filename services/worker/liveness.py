@@ -43,6 +43,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from fifolane.errors import WorkerError
+from fifolane.query import json_object
 
 __all__ = ["EVERY_S", "RECENT_S", "WAIT_S", "Heartbeat", "alive_key", "check_alone", "read_alive"]
 
@@ -78,15 +79,8 @@ def alive_value(group: str, worker_id: str, instance: str) -> bytes:
 def read_alive(value: bytes | None) -> dict[str, Any] | None:
     """A heartbeat's body; None for a tombstone or a value that is not one (never fatal:
     anyone who may write the topic may write anything to it)."""
-    if value is None:
-        return None
-    try:
-        body = json.loads(value)
-    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
-        return None
-    if not isinstance(body, dict) or not isinstance(body.get("instance"), str):
-        return None
-    return body
+    body = None if value is None else json_object(value)
+    return body if body is not None and isinstance(body.get("instance"), str) else None
 
 
 def _at(body: dict[str, Any]) -> float | None:
