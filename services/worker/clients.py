@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from fifolane.access import KafkaAccess
@@ -157,8 +159,13 @@ def needed_access(settings: Settings, topics: Topics, *, registry: bool,
 class KafkaClients:
     """How a worker makes its Kafka clients and asks about topics (unit tests pass fakes)."""
 
+    #: How long a topic id read is reused: the restores of one assignment ask together.
+    ID_TTL_S = 5.0
+
     def __init__(self, base: dict[str, Any]) -> None:
         self._base = base  # connection settings (Settings.kafka_config())
+        self._ids: dict[str, tuple[str, float]] = {}
+        self._ids_lock = threading.Lock()
 
     def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
         return GroupConsumer(merged_config(self._base, conf))
@@ -181,6 +188,26 @@ class KafkaClients:
     def restore_consumer(self, conf: dict[str, Any]) -> Any:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""
         return Consumer({**self._base, **conf})
+
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str | None:
+        """Kafka's id of ``topic`` (None: not known now): a topic deleted and created again
+        has a new one, so a restore tells a store built from the earlier topic
+        (services.worker.restore ``foreign``)."""
+        with self._ids_lock:
+            hit = self._ids.get(topic)
+            if hit is not None and time.monotonic() - hit[1] < self.ID_TTL_S:
+                return hit[0]
+            access = KafkaAccess(self._base, timeout)
+            try:
+                futures = access.admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
+                found = str(futures[topic].result(timeout).topic_id)
+            except Exception as exc:  # noqa: BLE001 - not known: the restore checks offsets only
+                log.info("the id of topic %r not read (%s): its restores check offsets only", topic, exc)
+                return None
+            finally:
+                access.close()
+            self._ids[topic] = (found, time.monotonic())
+            return found
 
     def topic_configs(self, names: list[str], timeout: float = 30.0, *,
                       need: Mapping[str, Collection[str]] | None = None,

@@ -71,7 +71,8 @@ class PartitionParts:
             def run(**kw: Any) -> PartitionStore:
                 store = restore_partition({}, self._settings.state_topic, p, self._stores, self._stats,
                                           self._state_row, make_consumer=make, wait_open_txn_s=self._wait,
-                                          tombstone_retention_ms=self._retention, **kw)
+                                          tombstone_retention_ms=self._retention,
+                                          topic_id=self._clients.topic_id, **kw)
                 if self._parking is not None:  # before any event of the partition, like its table
                     self._parked[p] = load_parked(
                         make({"group.id": f"fifolane-parked-{p}", "enable.auto.commit": False,
@@ -84,7 +85,8 @@ class PartitionParts:
 
         def run_directory(**kw: Any) -> PartitionStore:
             return restore_partition({}, topic, p, stores, self._stats, restored_row, make_consumer=make,
-                                     wait_open_txn_s=self._wait, until=until, **kw)
+                                     wait_open_txn_s=self._wait, until=until,
+                                     topic_id=self._clients.topic_id, **kw)
         return Restore(run_directory, topic, p)
 
     def make_table(self, p: int) -> TableApplier:

@@ -8,8 +8,12 @@ Which changelog records a restore replays:
 
 - from the offset stored with the local state (0 for a new store), to the committed end
   of the changelog, or to ``until`` (the directory, whose changelog is also its input);
-- a store is wiped and rebuilt from the start when its offset lies before the changelog's
-  start (data deleted by retention), or when tombstones written since the store was last
+- a store is wiped and rebuilt from the start when it was built from another changelog (its
+  ``m:source``, the topic's name and Kafka's topic id, names another: the topic was deleted
+  and created again, renamed with ``FIFOLANE_STATE_TOPIC``, or the cluster was replaced, as
+  ``fifolane kafka up --fresh`` does), when its offset lies beyond the changelog's end (the
+  same, for a store written before ``m:source`` existed) or before its start (data deleted
+  by retention), or when tombstones written since the store was last
   consistent with the changelog could have been compacted away: a tombstone is kept
   ``delete.retention.ms`` after the cleaner first sees it, so a store last written longer
   ago than half that (``tombstone_retention_ms``) may miss a delete made by another owner
@@ -34,7 +38,7 @@ from services.worker.kafka import Record, map_error
 from services.worker.metrics import Stats
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
-__all__ = ["Restore", "RowReader", "outdated", "restore_partition"]
+__all__ = ["Restore", "RowReader", "foreign", "mark_source", "outdated", "restore_partition", "source_of"]
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +54,49 @@ class Progress:
     total: int = 0
 
 
-def outdated(store: PartitionStore, low: int, tombstone_retention_ms: int | None) -> str | None:
+#: The store's meta key naming the changelog it was built from (``source_of``).
+_META_SOURCE = b"m:source"
+
+
+def source_of(topic: str, topic_id: str | None) -> bytes | None:
+    """What a store built from ``topic`` records as its source (None: the id is not known:
+    not recorded, not compared). Kafka gives a topic deleted and created again a new id."""
+    return None if not topic_id else f"{topic}\x00{topic_id}".encode()
+
+
+def mark_source(store: PartitionStore, source: bytes | None) -> None:
+    """Record the changelog ``store`` is consistent with (after :func:`outdated` said so)."""
+    if source is not None and store.db.get(_META_SOURCE) != source:
+        store.db.put(_META_SOURCE, source)
+
+
+def _named(source: bytes) -> str:
+    topic, _, topic_id = source.decode(errors="replace").partition("\x00")
+    return f"topic {topic!r} (id {topic_id})"
+
+
+def foreign(store: PartitionStore, high: int | None, source: bytes | None) -> str | None:
+    """Why the local state of a store belongs to another changelog than the one that ends
+    at ``high`` with ``source`` (:func:`source_of`); None: as far as can be told, it does not."""
+    kept = store.db.get(_META_SOURCE)
+    if source is not None and kept is not None and kept != source:
+        return (f"local state was built from {_named(kept)}, not from this changelog, {_named(source)}: "
+                "the topic was deleted and created again, or the cluster was replaced")
+    if high is not None and store.changelog_offset > high:
+        return (f"local state is ahead of the changelog's end (offset {store.changelog_offset}, the end "
+                f"{high}): the topic was deleted and created again, or the cluster was replaced")
+    return None
+
+
+def outdated(store: PartitionStore, low: int, tombstone_retention_ms: int | None, *,
+             high: int | None = None, source: bytes | None = None) -> str | None:
     """Why the local state of a store cannot be brought up to its changelog by replaying
-    from its own offset (None: it can), given the changelog's start ``low``; see the module
-    docstring. The standbys (services/worker/query/standby.py) follow the same rule."""
+    from its own offset (None: it can), given the changelog's start ``low``, its end
+    ``high`` and its ``source`` (:func:`foreign`); see the module docstring. The standbys
+    (services/worker/query/standby.py) follow the same rule."""
+    why = foreign(store, high, source)
+    if why is not None:
+        return why
     if store.changelog_offset < low:
         return "local state predates the changelog start"
     written = store.written_at_ms
@@ -70,11 +113,13 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
                       tombstone_retention_ms: int | None = None,
                       progress: Progress | None = None,
                       cancelled: Callable[[], bool] = lambda: False,
-                      make_consumer: Callable[[dict[str, Any]], Any] = Consumer) -> PartitionStore:
+                      make_consumer: Callable[[dict[str, Any]], Any] = Consumer,
+                      topic_id: Callable[[str], str | None] | None = None) -> PartitionStore:
     """Bring the local store of ``partition`` up to its changelog (see the module docstring).
 
     ``read(msg, raw)``: the row a changelog record gives (``raw``: the store keeps values
-    unread, see :class:`PartitionStore`).
+    unread, see :class:`PartitionStore`). ``topic_id(topic)``: Kafka's id of the topic
+    (None: not known now), to tell a store built from an earlier topic of the same name.
     """
     progress = progress or Progress()
     store = stores.open(partition)
@@ -104,14 +149,18 @@ def restore_partition(kafka_conf: dict[str, Any], topic: str, partition: int, st
             low, high = consumer.get_watermark_offsets(tp, timeout=30)
         except KafkaException as exc:
             raise map_error(exc, f"restore of {topic}[{partition}]") from exc
+        source = source_of(topic, topic_id(topic)) if topic_id is not None else None
+        why = foreign(store, high, source)  # a mistake somewhere: warned
+        level = logging.WARNING if why is not None else logging.INFO
+        why = why or outdated(store, low, tombstone_retention_ms)
         if until is not None:
             high = min(high, until)
         start = store.changelog_offset
-        why = outdated(store, low, tombstone_retention_ms)
         if why is not None:
-            log.info("%s[%d]: %s, rebuilding", topic, partition, why)
+            log.log(level, "%s[%d]: %s, rebuilding", topic, partition, why)
             store = stores.wipe(partition)
             start = low
+        mark_source(store, source)
         if start >= high:
             return store
         todo = high - start

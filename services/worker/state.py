@@ -7,6 +7,7 @@ Layout of one partition's RocksDB (raw bytes keys):
     i:<group>\\x00<type>/<key> -> b""      (group index, for GroupState.scan)
     m:changelog               -> next state-topic offset already reflected here (i64)
     m:group-index             -> b"1" if the group index is kept, b"0" if not
+    m:source                  -> the changelog it was built from: topic \\x00 topic id (restore.py)
     m:written-at              -> wall-clock ms of the last committed write (i64): a restore
                                  replays the changelog from m:changelog only if no tombstone
                                  written since could have been compacted away

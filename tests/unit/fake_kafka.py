@@ -209,6 +209,7 @@ class FakeClients(KafkaClients):
         super().__init__({})
         self.fake_consumer = FakeConsumer(committed or {})
         self.fake_producer = FakeProducer()
+        self.topic_ids: dict[str, str] = {}  # none known: restores check offsets only
 
     def consumer(self, conf: dict[str, Any]) -> Any:
         return self.fake_consumer
@@ -223,6 +224,9 @@ class FakeClients(KafkaClients):
 
     def alive(self, topic: str, group: str, worker_id: str) -> None:
         return None  # no heartbeat (services.worker.liveness needs a broker)
+
+    def topic_id(self, topic: str, timeout: float = 10.0) -> str | None:
+        return self.topic_ids.get(topic)
 
     def topic_configs(self, names: list[str], timeout: float = 30.0, **_access: Any) -> dict[str, dict[str, str]]:
         return {n: {} for n in names}

@@ -168,7 +168,8 @@ class QueryService:
                                      group_index=worker.stores.group_index,
                                      read_value=worker.stores.read_value, read_state=worker._read_state,
                                      views=self.standby_views,
-                                     tombstone_retention_ms=lambda: worker._retention_ms)
+                                     tombstone_retention_ms=lambda: worker._retention_ms,
+                                     topic_id=worker.clients.topic_id)
             self.roster.on_change(self.standbys.place)
         worker.stores.before_close = self._closing
         if worker._dir_stores is not None:

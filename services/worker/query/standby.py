@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from fifolane.serde.state_records import StateRecord
 from services.worker.query.members import Routing
 from services.worker.query.views import Views, view_of
-from services.worker.restore import outdated
+from services.worker.restore import mark_source, outdated, source_of
 from services.worker.state import PartitionStore, RestoredRow, StoreManager
 
 __all__ = ["Standbys"]
@@ -58,8 +58,10 @@ class Standbys:
                  state_dir: Path, store_name: str, group_index: bool,
                  read_value: Callable[[bytes], tuple[int, str] | None] | None,
                  read_state: ReadState, views: Views,
-                 tombstone_retention_ms: Callable[[], int | None] = lambda: None) -> None:
+                 tombstone_retention_ms: Callable[[], int | None] = lambda: None,
+                 topic_id: Callable[[str], str | None] = lambda topic: None) -> None:
         self._conf = kafka_conf
+        self._topic_id = topic_id  # Kafka's id of the state topic (restore.foreign)
         #: the state topic's delete.retention.ms (known once the worker has connected)
         self._retention = tombstone_retention_ms
         self._me = worker_id
@@ -148,23 +150,26 @@ class Standbys:
         assert self._consumer is not None
         with self._lock:
             new = self._want - set(self._following)
-        lows = self._starts(new)  # before the lock: the poll thread's release() waits for it
+        bounds = self._bounds(new)  # before the lock: the poll thread's release() waits for it
+        source = source_of(self._topic, self._topic_id(self._topic)) if bounds else None
         with self._lock:
             for p in list(self._following):
                 if p not in self._want:
                     self._close(p)
             for p in self._want - set(self._following):
-                if p not in lows:
-                    continue  # its changelog's start is not known yet: next turn
+                if p not in bounds:
+                    continue  # its changelog's start and end are not known yet: next turn
                 try:
                     store = self._stores.open(p)
                     # A store kept from earlier (this worker owned the partition, or followed it)
                     # is rebuilt by the rule of an owner's restore: deletes it missed may be
                     # compacted away, and a standby's refreshed marker would hide its age.
-                    why = outdated(store, lows[p], self._retention())
+                    low, high = bounds[p]
+                    why = outdated(store, low, self._retention(), high=high, source=source)
                     if why is not None:
                         log.info("standby of partition %d: %s, rebuilding", p, why)
                         store = self._stores.wipe(p)
+                    mark_source(store, source)
                 except Exception as exc:  # noqa: BLE001 - the owner may still hold it: next turn
                     log.info("standby of partition %d not opened yet: %s", p, exc)
                     continue
@@ -177,15 +182,15 @@ class Standbys:
             if following:
                 log.info("standby of %s partitions %s", self._topic, sorted(following))
 
-    def _starts(self, partitions: set[int]) -> dict[int, int]:
-        """The state topic's first offset in each partition (those it could ask now)."""
+    def _bounds(self, partitions: set[int]) -> dict[int, tuple[int, int]]:
+        """The state topic's first and end offsets in each partition (those it could ask now)."""
         assert self._consumer is not None
         out = {}
         for p in partitions:
             try:
-                out[p] = self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=10)[0]
+                out[p] = self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=10)
             except KafkaException as exc:
-                log.info("standby of partition %d: changelog start not known now: %s", p, exc)
+                log.info("standby of partition %d: changelog bounds not known now: %s", p, exc)
         return out
 
     def _step(self) -> None:
