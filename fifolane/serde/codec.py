@@ -9,6 +9,7 @@ plus one ``schemaless_reader`` call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Mapping
 from io import BytesIO
 from typing import Any, NamedTuple, Protocol
@@ -40,6 +41,18 @@ Scan = Callable[[bytes], "tuple[EntityType, list[Any]] | None"]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 _SO_HEADER = 10  # magic (2) + fingerprint (8)
+
+#: A Python object's repr in a decoder's message ("cannot read double from <_io.BytesIO object
+#: at 0x7f...>"): says nothing to the reader of a dead letter, and differs in every process.
+_OBJECT = re.compile(r"\s*(?:from\s+)?<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def _decoder_error(exc: Exception) -> str:
+    """What a decoder's exception says about the value, for a dead letter's reader."""
+    detail = _OBJECT.sub("", str(exc)).strip()
+    if isinstance(exc, EOFError):  # fastavro's message is often empty here
+        return "the value ends before the record does (truncated?)" + (f": {detail}" if detail else "")
+    return f"{type(exc).__name__}: {detail}"
 
 
 class Decoded(NamedTuple):
@@ -175,7 +188,7 @@ class AvroCodec:
         except Exception as exc:  # fastavro raises many kinds on garbage; map them here, once
             raise SerializationError(
                 f"undecodable {writer.entity.name if writer.entity else 'delete'} value "
-                f"({len(data)} bytes): {type(exc).__name__}: {exc}"
+                f"({len(data)} bytes): {_decoder_error(exc)}"
             ) from exc
         if fo.tell() != len(data):
             raise SerializationError(

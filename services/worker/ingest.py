@@ -39,8 +39,9 @@ def check_group(gbytes: bytes) -> Rejected | None:
 def check_version(version: Any) -> Rejected | None:
     """A version fifolane can keep: a signed 64-bit integer (an Avro long)."""
     if type(version) is not int or not MIN_VERSION <= version <= MAX_VERSION:
-        return Rejected("bad-version", f"version {version!r} is not a signed 64-bit integer "
-                                       f"({MIN_VERSION}..{MAX_VERSION})")
+        reserved = " (-2^63 is reserved)" if version == MIN_VERSION - 1 and type(version) is int else ""
+        return Rejected("bad-version", f"version {version!r} is outside the versions fifolane keeps{reserved}: "
+                                       f"an integer from {MIN_VERSION} to {MAX_VERSION}")
     return None
 
 

@@ -161,6 +161,12 @@ def test_single_object_errors() -> None:
     with pytest.raises(SerializationError, match=r"undecodable reservation value") as info:
         codec.decode(good[:-3])
     assert info.value.__cause__ is not None  # chained from fastavro's error
+    for cut in range(1, 28):  # a value cut anywhere: a message that says so, no object address
+        with pytest.raises(SerializationError) as info:
+            codec.decode(good[:-cut])
+        assert str(info.value).startswith(f"undecodable reservation value ({len(good) - cut} bytes): the value "
+                                          "ends before the record does (truncated?)"), str(info.value)
+        assert " object at 0x" not in str(info.value)
     with pytest.raises(SerializationError, match=r"2 trailing bytes after the record"):
         codec.decode(good + b"\x00\x00")
     with pytest.raises(SerializationError, match=r"no value \(null / tombstone\)"):

@@ -174,10 +174,10 @@ class Resolver:
                     if now - pend.since >= self.stale_after_s]
         for p, waited in late:
             if self._views.stale(p) is None:
-                why = (f"the position of its last {waited:.0f} s of commits is not known"
-                       + (f" (state topic offsets: {self._last_error})" if self._last_error else ""))
-                log.warning("partition %d: reads answer 'unavailable' until %s", p, why.replace("its", "the"))
-                self._views.mark_stale(p, why)
+                what = (f"last {waited:.0f} s of commits is not known"
+                        + (f" (state topic offsets: {self._last_error})" if self._last_error else ""))
+                log.warning("partition %d: reads answer 'unavailable' until the position of the %s", p, what)
+                self._views.mark_stale(p, "the position of its " + what)
 
     def _failed(self, exc: KafkaException) -> None:
         """A question failed: back off, and make the admin client anew when its metadata is
