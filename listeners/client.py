@@ -9,7 +9,7 @@ one, every third of the lease.
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +21,15 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, 
 from fifolane.config import Settings
 from fifolane.errors import ListenerError
 from fifolane.notifications import ViewState
+from fifolane.query import json_object
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER
 from listeners.registry import get_listener, renew
 from listeners.seq import Gap, SeqTracker
 
 __all__ = ["ListenerClient", "MaterializedView"]
+
+log = logging.getLogger(__name__)
 
 
 class ListenerClient:
@@ -45,6 +48,7 @@ class ListenerClient:
         self.topic = self.spec.topic(settings)
         self.timeout = timeout
         self.tracker = SeqTracker()
+        self.skipped = 0  # records of the output topic that were not notifications
         self._header = name.encode()
         self._consumer = Consumer(settings.kafka_config(**{
             "group.id": f"fifolane-listen-{name}-{uuid.uuid4().hex[:8]}",
@@ -74,8 +78,14 @@ class ListenerClient:
         return None if lease is None else time.monotonic() + lease.total_seconds() / 3
 
     def renew(self) -> None:
-        """Restart the lease now."""
-        self.spec = renew(self.settings, self.spec)
+        """Restart the lease now (not once the listener was removed or replaced: warned)."""
+        renewed = renew(self.settings, self.spec)
+        if renewed is None:
+            log.warning("listener %r was removed or replaced since this started: its lease is no "
+                        "longer renewed from here", self.name)
+            self._next_renewal = None
+            return
+        self.spec = renewed
         self._next_renewal = self._renewal_due()
 
     def poll(self, timeout: float = 0.2) -> list[dict[str, Any]]:
@@ -92,14 +102,25 @@ class ListenerClient:
             headers = dict(msg.headers() or ())
             if headers.get(HEADER_LISTENER, self._header) != self._header:
                 continue
-            note = json.loads(msg.value() or b"null")
-            if not isinstance(note, dict):
+            note = json_object(msg.value() or b"null")
+            if note is None or note.get("listener") != self.name:
+                self._skip(msg, "not a notification (a JSON object) of this listener")
                 continue
-            if note.get("listener") != self.name:
+            partition, seq = note.get("partition"), note.get("seq")
+            if type(partition) is not int or type(seq) is not int:
+                self._skip(msg, "a notification without an integer partition and seq")
                 continue
-            if self.tracker.accept(self.name, int(note["partition"]), int(note["seq"])):
+            if self.tracker.accept(self.name, partition, seq):
                 out.append(note)
         return out
+
+    def _skip(self, msg: Any, why: str) -> None:
+        """A record in the output topic that is not a notification: anyone who may write the
+        topic may write anything to it, and one such record must not stop every reader."""
+        self.skipped += 1
+        if self.skipped == 1 or self.skipped % 1000 == 0:
+            log.warning("%s[%s] at offset %s skipped: %s (%d skipped so far)", self.topic, msg.partition(),
+                        msg.offset(), why, self.skipped)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         idle_since = time.monotonic()

@@ -214,7 +214,7 @@ class ListenerSpec:
         known = {f.name for f in fields(cls) if f.init}
         kwargs = {k: v for k, v in data.items() if k in known and v is not None}
         try:
-            return cls(**kwargs)
+            spec = cls(**kwargs)
         except (ListenerError, ExpressionError):
             raise
         except RecursionError:
@@ -223,6 +223,11 @@ class ListenerSpec:
             raise ListenerError(
                 f"invalid listener registration: {type(exc).__name__}: {_show(str(exc))}"
             ) from exc
+        if "created_at" not in kwargs:  # else each reader would give it its own time, and its
+            # notifications another registration (fifolane.notifications: a view starts again)
+            raise ListenerError("a listener registration needs created_at (an ISO 8601 time with its zone, "
+                                "as `fifolane listeners add` writes)")
+        return spec
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> ListenerSpec:

@@ -234,7 +234,8 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     (ExpressionError, with the position).
 
     Registering the same definition again is a no-op (returns the existing registration),
-    unless a worker suspended it: then it is registered anew, which lifts the suspension. A
+    unless a worker suspended it: then it is registered anew, which lifts the suspension; or
+    unless its lease ran out: then its lease is renewed (a new ``renewed_at``). A
     different definition under an existing name is refused unless ``replace``; a replaced
     listener is a new instance (a new include-current-state snapshot, sequence numbers go on).
     The output topic is checked (:func:`listeners.outputs.check_output_topic`: not a role
@@ -253,7 +254,11 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     same = existing is not None and same_definition(existing, spec)
     if existing is not None and same:
         if not any(st.state == "suspended" for st in state.status.get(spec.name, ())):
-            return existing
+            if not existing.is_expired():
+                return existing
+            renewed = existing.renewed()  # its lease ran out: the same definition renews it
+            _write(settings, spec.name, renewed.to_json())
+            return renewed
         if spec.created_at <= existing.created_at:  # suspended on a worker: a new instance lifts it
             spec = dataclasses.replace(spec, created_at=datetime.now(UTC), renewed_at=None)
     elif existing is not None and not replace:
@@ -269,9 +274,16 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     return spec
 
 
-def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec:
-    """Restart the lease of ``spec`` (re-writes the registration with a new ``renewed_at``)."""
-    renewed = spec.renewed()
+def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec | None:
+    """Restart the lease of ``spec`` (re-writes the registration with a new ``renewed_at``).
+
+    None, and nothing written, when ``spec`` is no longer the registration of its name: it
+    was removed, or replaced (another ``created_at`` or definition). A renewal written then
+    would bring the old registration back."""
+    current = read_registry(settings).listeners.get(spec.name)
+    if current is None or current.created_at != spec.created_at or not same_definition(current, spec):
+        return None
+    renewed = current.renewed()
     _write(settings, spec.name, renewed.to_json())
     return renewed
 

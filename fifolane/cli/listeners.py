@@ -32,8 +32,9 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
-    text = str(exc)  # compile errors already start with "invalid filter/converter"
-    lines = [f"error: {text}" if text.startswith(f"invalid {what}") else f"error: invalid {what}: {text}"]
+    text = str(exc)  # compile errors already start with "invalid filter/converter": they know best
+    known = text.startswith(("invalid filter", "invalid converter"))
+    lines = [f"error: {text}" if known else f"error: invalid {what}: {text}"]
     if exc.expression:
         lines.append(f"  {exc.expression}")
         if exc.position is not None:
@@ -87,6 +88,8 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
     except ListenerError as exc:
         _fail(f"error: {exc}")
     state = "registered" if done.created_at == spec.created_at else "already registered (same definition)"
+    if done.created_at != spec.created_at and done.renewed_at is not None and done.renewed_at >= spec.created_at:
+        state += "; its lease had run out: renewed"
     by = f" by {done.principal}" if done.principal else ""
     click.echo(f"listener {name!r} {state}{by}; output topic {done.topic(_settings())}")
 

@@ -108,9 +108,12 @@ def test_from_json_errors_and_forward_compatibility() -> None:
     with pytest.raises(ListenerError, match="name"):
         ListenerSpec.from_json(b"[]")
     spec = ListenerSpec.from_json(
-        b'{"name": "x", "filter": "true", "added_later": 1, "kinds": null}'
+        b'{"name": "x", "filter": "true", "added_later": 1, "kinds": null, "created_at": "2025-01-01T00:00:00+00:00"}'
     )
     assert spec.kinds == ("created", "modified", "removed")
+    assert spec.created_at == T0
+    with pytest.raises(ListenerError, match=r"needs created_at"):  # not a time of each reader's own
+        ListenerSpec.from_json(b'{"name": "x", "filter": "true"}')
     with pytest.raises(ExpressionError):
         ListenerSpec.from_json(b'{"name": "x", "filter": "nope.x"}')
 
