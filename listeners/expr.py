@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import cel
 
 from fifolane.errors import ExpressionError
 from listeners._lexer import LexError, Token, tokenize
-from listeners._parser import ParseError, parse
+from listeners._parser import Lit, MapLit, Node, ParseError, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
 from listeners.cost import (
     LIMITS,
@@ -310,6 +311,7 @@ def _compile(src: str, role: str) -> CompiledExpr:
             expression=src,
             position=root.start,
         )
+    _check_map_keys(role, src, root)
     try:
         cost = estimate(root)
     except CostLimitError as exc:
@@ -322,6 +324,46 @@ def _compile(src: str, role: str) -> CompiledExpr:
     comparisons = filter_terms(root) if role == "filter" and native is not None else None
     return CompiledExpr(src, role, program, frozenset(info.variables), fields, equality, normalized,
                         native, comparisons, cost)  # fmt: skip
+
+
+def _nodes(node: Node) -> Any:
+    """``node`` and every node under it (the tree's depth is bounded by ``check_tree``)."""
+    yield node
+    for child in vars(node).values():
+        items = child if isinstance(child, (list, tuple)) else (child,)
+        for item in items:
+            for sub in (item if isinstance(item, tuple) else (item,)):
+                if isinstance(sub, Node):
+                    yield from _nodes(sub)
+
+
+def _check_map_keys(role: str, src: str, root: Node) -> None:
+    """Refuse a map literal whose literal keys repeat, or collide once evaluated (``1`` and
+    ``true``, ``1`` and ``1u`` are one key at run time) or in the notification's JSON (where
+    every key is a string: ``1`` and ``"1"``): CEL refuses repeated keys, and one entry
+    would silently be lost."""
+    for node in _nodes(root):
+        if not isinstance(node, MapLit) or node.message is not None:
+            continue
+        seen: dict[Any, str] = {}
+        for key, _value in node.entries:
+            if not isinstance(key, Lit):
+                continue
+            try:
+                v = cel.evaluate(key.text)
+            except Exception:  # noqa: BLE001 - a literal the library reads otherwise: not checked
+                continue
+            if not isinstance(v, (str, int)):  # a key of another type: refused by its type check
+                continue
+            text = src[key.start:key.end]
+            as_json = v if isinstance(v, str) else json.dumps(v)
+            for ident in ((type(v) is not str, v), ("json", as_json)):
+                if ident in seen:
+                    raise ExpressionError(
+                        f"invalid {role}: map key {text} repeats key {seen[ident]} (one entry would be lost; "
+                        "notification keys are JSON strings): give each entry its own key",
+                        expression=src, position=key.start)
+                seen[ident] = text
 
 
 def _equality(eq: EqualityConjunct) -> Equality | None:

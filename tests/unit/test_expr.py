@@ -146,3 +146,22 @@ def test_filter_and_converter_evaluate() -> None:
         "id": "R1",
         "amount": 600.0,
     }
+
+
+@pytest.mark.parametrize(("src", "key", "repeats"), [
+    ('{"a": 1, "a": 2}', '"a"', '"a"'),  # CEL refuses a repeated key
+    ('{1: "one", true: "yes", "k": key}', "true", "1"),  # one key once evaluated: an entry was lost
+    ('{1: 1, 1u: 2}', "1u", "1"),
+    ('{1: "a", "1": "b"}', '"1"', "1"),  # one key in the notification's JSON
+    ('{"id": key, "more": {"x": 1, "x": 2}}', '"x"', '"x"'),  # in a nested map too
+])
+def test_map_keys_that_collide_are_refused_with_the_position(src: str, key: str, repeats: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        compile_converter(src)
+    assert f"map key {key} repeats key {repeats}" in str(info.value)
+    assert info.value.position == src.rindex(key)
+
+
+def test_distinct_map_keys_are_kept() -> None:
+    assert compile_converter('{"a": 1, "b": [1, 1], "1": key, "true": 2}').evaluate(
+        {"key": "K", "value": None, "old": None, "kind": "created", "meta": {}}) == {"a": 1, "b": [1, 1], "1": "K", "true": 2}

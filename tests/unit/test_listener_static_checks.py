@@ -200,7 +200,7 @@ def test_where_two_types_agree_mismatches_are_still_refused(catalog: SchemaCatal
 
 def test_valid_converters_are_accepted(catalog: SchemaCatalog) -> None:
     for convert in ('{"id": key, "city": value.address.city, "n": size(value.lines)}', "value", "value.address",
-                    "value.tags", '{1: "a", 2u: "b", true: "c", "d": value.paid}', "{value.id: value.version}"):
+                    "value.tags", '{1: "a", 2u: "b", false: "c", "d": value.paid}', "{value.id: value.version}"):
         check_registration(ListenerSpec(name="l", type="order", convert=convert), catalog)
 
 
