@@ -148,6 +148,9 @@ class StateClient:
         self._refresh_every = refresh_every
         self.timeout = timeout
         self.monotonic = monotonic
+        #: the answer of the last :meth:`get` that found nothing (where it looked, and for a
+        #: deleted entity its last version and group)
+        self.not_found: dict[str, Any] | None = None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         if isinstance(verify, str):  # a CA file
             verify = ssl.create_default_context(cafile=verify)
@@ -323,6 +326,7 @@ class StateClient:
         path = f"{API}/entities/{_quote(type_name)}/{_quote(key)}"
         body = self._ask(path, params, partition, directory, ekey if group is None else None)
         if body["status"] == NOT_FOUND:
+            self.not_found = body
             return None
         return _entity(body, body["type"], body["key"])
 

@@ -119,8 +119,11 @@ def get(type_name: str, key: str, group: str | None, as_json: bool, urls: tuple[
         e = _get(client, timeout, type_name, key, group=group, min_position=min_position,
                  wait_ms=10_000 if min_position is not None else None, stale=stale)
     if e is None:
-        if as_json:
-            click.echo(json.dumps({"status": "not_found", "type": type_name, "key": key}))
+        if as_json:  # where it looked, and a deleted entity's last version and group
+            found = client.not_found or {}
+            extra = {k: found[k] for k in ("group", "version", "deleted", "partition", "position", "owner")
+                     if k in found}
+            click.echo(json.dumps({"status": "not_found", "type": type_name, "key": key, **extra}))
         else:
             click.echo(f"{type_name} {key}: not found", err=True)
         sys.exit(1)

@@ -16,7 +16,7 @@ from worker_support import CATALOG, WorkerThread, read_table, reservation, wait_
 from fifolane.cli import cli
 from fifolane.client import StateClient, member_urls
 from fifolane.config import Settings
-from fifolane.partitioner import PARTITIONER
+from fifolane.partitioner import PARTITIONER, partition_for
 from fifolane.serde import make_codec
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,6 @@ def test_answers_equal_the_table_across_three_workers(settings: Settings, topics
         # The raw API: a worker that does not own the partition answers 421 moved, naming the owner.
         group = "F2"
         any_owner = workers[0].worker.query.routing()  # type: ignore[union-attr]
-        from fifolane.partitioner import partition_for
         p = partition_for(group.encode(), settings.partitions)
         owner = any_owner.owner(p)
         assert owner is not None
@@ -130,6 +129,12 @@ def test_answers_equal_the_table_across_three_workers(settings: Settings, topics
         assert out["version"] == 2 and out["value"] == table["reservation/R3-2"][1]
         res = CliRunner().invoke(cli, ["get", "reservation", "R3-0", "--url", urls[0]])
         assert res.exit_code == 1 and "reservation R3-0: not found" in res.output
+        res = CliRunner().invoke(cli, ["get", "reservation", "R3-0", "--json", "--url", urls[0]])
+        assert res.exit_code == 1
+        out = json.loads(res.output)  # a deleted entity: where it was, its last version and group
+        assert (out["status"], out["deleted"], out["group"], out["version"]) == (
+            "not_found", True, "F3", table["reservation/R3-0"][0])
+        assert out["partition"] == partition_for(b"F3", settings.partitions) and out["position"] > 0
         res = CliRunner().invoke(cli, ["scan", "--group", "F4", "--json", "--url", urls[1]])
         assert res.exit_code == 0, res.output
         lines = [json.loads(line) for line in res.output.splitlines()]
