@@ -80,9 +80,12 @@ def _no_address(exc: Exception) -> str | None:
 
     if not isinstance(exc, QueryError) or exc.status != UNAVAILABLE:
         return None
-    owner, p = exc.answer.get("owner"), exc.answer.get("partition")
+    owner, p, d = exc.answer.get("owner"), exc.answer.get("partition"), exc.answer.get("directory_partition")
     if not isinstance(owner, dict) or owner.get("url") is not None or not owner.get("worker"):
         return None
+    if p is None and d is not None:  # the entity directory's partition, where a key's group is found
+        return (f"worker {owner['worker']} owns entity directory partition {d} but serves no queries: it was "
+                "started without --query-port (restart it with --query-port, or pass the entity's --group)")
     return (f"worker {owner['worker']} owns partition {p} but serves no queries: it was started without "
             "--query-port (restart it with --query-port to read its partitions)")
 

@@ -15,7 +15,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from test_query_api import FakeLocal, _group_on, _Snap
 
+from fifolane.cli.query import _no_address
 from fifolane.client import StateClient
+from fifolane.partitioner import partition_for
+from fifolane.query import QueryError
 from services.worker.metrics import Stats, _Collector, update_lag
 from services.worker.query.answers import Answers
 from services.worker.query.members import Routing
@@ -188,3 +191,21 @@ def test_a_revoked_partition_loses_its_lag_gauge() -> None:
     assert [(s.labels, s.value) for s in family.samples] == [({"worker": "w1", "partition": "1"}, 6.0)]
     update_lag(stats, consumer, "in", [])
     assert stats.lag == {}
+
+
+def test_a_directory_owner_without_a_query_address_is_named() -> None:
+    """A key looked up without --group goes through the entity directory: when that
+    partition's owner serves no queries, the answer names it (the CLI says so at once)."""
+    local = FakeLocal()
+    local.directory = True
+    local.routing = lambda: Routing(3, 3, {0: "w1", 1: "w1", 2: "w1"},  # type: ignore[method-assign]
+                                    {0: "w3", 1: "w3", 2: "w3"}, {"w1": "http://w1"}, ("w1", "w3"))
+    status, body = Answers(local).entity("reservation", "P1")
+    d = partition_for(b"reservation/P1", 3)
+    assert (status, body) == ("unavailable", {
+        "status": "unavailable", "owner": {"worker": "w3", "url": None}, "directory_partition": d,
+        "type": "reservation", "key": "P1",
+        "error": f"worker w3 owns entity directory partition {d} but serves no queries (no --query-port)"})
+    assert _no_address(QueryError("x", status=status, answer=body)) == (
+        f"worker w3 owns entity directory partition {d} but serves no queries: it was started without "
+        "--query-port (restart it with --query-port, or pass the entity's --group)")

@@ -148,6 +148,10 @@ class Answers:
         if found is None:
             if not local.directory_views.has(d):
                 owner = routing.directory_owner(d)
+                if owner is not None and owner.url is None and owner.worker != local.me.worker:
+                    return UNAVAILABLE, {"status": UNAVAILABLE, "owner": _member(owner), **extra,
+                                         "error": f"worker {owner.worker} owns entity directory partition "
+                                                  f"{d} but serves no queries (no --query-port)"}
                 if owner is None or owner.url is None or owner.worker == local.me.worker:
                     return UNAVAILABLE, {"status": UNAVAILABLE, "error": "nobody serves the entity "
                                          "directory partition now (a rebalance?)", **extra}
