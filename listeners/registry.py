@@ -271,7 +271,20 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     ensure_output_topic(settings, topic)
     spec = dataclasses.replace(spec, principal=access.principal)
     _write(settings, spec.name, spec.to_json())
+    _check_kept(settings, spec)
     return spec
+
+
+def _check_kept(settings: Settings, spec: ListenerSpec) -> None:
+    """Read back what a registration wrote: two `listeners add` of one name at once both
+    read the registry before either wrote, and the later write wins. The one that lost is
+    told so (a race read-back narrows, not closes: the other write may still be on its way)."""
+    now = read_registry(settings).listeners.get(spec.name)
+    if now is not None and now.created_at == spec.created_at and same_definition(now, spec):
+        return
+    other = "it was removed" if now is None else f"another registration replaced it (filter {now.filter!r})"
+    raise ListenerError(f"listener {spec.name!r} was changed at the same time: {other}. Check `fifolane listeners "
+                        f"describe {spec.name}` and add it again if needed")
 
 
 def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec | None:

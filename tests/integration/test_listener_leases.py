@@ -22,6 +22,7 @@ from kafka_fixtures import wait_until
 
 from fifolane.cli.listeners import listeners as listeners_cli
 from fifolane.config import Settings
+from fifolane.errors import ListenerError
 from listeners.client import ListenerClient
 from listeners.model import ListenerSpec
 from listeners.notify import HEADER_LISTENER
@@ -108,3 +109,21 @@ def test_records_that_are_not_notifications_are_skipped_not_fatal(settings: Sett
         assert client.skipped == 3
     assert [n["seq"] for n in got] == [1, 2]
     assert "skipped: not a notification" in caplog.text
+
+
+def test_an_add_that_lost_a_race_for_its_name_is_told(settings: Settings, topics: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `listeners add` of one name at once: the other one's write lands after ours."""
+    import listeners.registry as registry
+
+    write = registry._write
+
+    def racing(s: Settings, key: str, value: bytes | None) -> None:
+        write(s, key, value)
+        if value is not None and b"value.seats > 1" in value:
+            write(s, key, ListenerSpec(name="race", filter="value.seats > 5").to_json())
+    monkeypatch.setattr(registry, "_write", racing)
+    with pytest.raises(ListenerError, match=r"'race' was changed at the same time: another registration "
+                                            r"replaced it \(filter 'value.seats > 5'\)"):
+        register(settings, ListenerSpec(name="race", filter="value.seats > 1"))
+    assert get_listener(settings, "race").filter == "value.seats > 5"
