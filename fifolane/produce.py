@@ -148,8 +148,8 @@ def _ids(entity: Any, record: Mapping[str, Any]) -> tuple[Any, Any, Any]:
     ids = entity.group_of(record), entity.key_of(record), entity.version_of(record)
     for role, path, value in zip(("FIFO-group property", "entity key", "version"),
                                  (entity.group_path, entity.key_path, entity.version_field), ids, strict=True):
-        if value is None:
-            raise ValidationError(f"field '{path}': missing (required: the {role})")
+        if value is None or value == "":  # a worker dead-letters these (missing-group, missing-key)
+            raise ValidationError(f"field '{path}': {'missing' if value is None else 'empty'} (required: the {role})")
     return ids
 
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 import click
 
 from fifolane.cli.connect import check_reachable
 from fifolane.errors import ExpressionError, ListenerError
+
+#: The shortest --lease `listeners add` takes.
+MIN_LEASE = timedelta(seconds=1)
 
 __all__ = ["listen", "listeners"]
 
@@ -36,9 +39,18 @@ def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
     known = text.startswith(("invalid filter", "invalid converter"))
     lines = [f"error: {text}" if known else f"error: invalid {what}: {text}"]
     if exc.expression:
-        lines.append(f"  {exc.expression}")
-        if exc.position is not None:
-            lines.append("  " + " " * exc.position + "^")
+        source = exc.expression
+        if exc.position is None:
+            lines.extend(f"  {line}" for line in source.splitlines())
+        else:  # the line of the position, the caret under it (not under the whole text)
+            at = min(max(exc.position, 0), len(source))
+            start = source.rfind("\n", 0, at) + 1
+            end = source.find("\n", at)
+            row = source[start:] if end < 0 else source[start:end]
+            if "\n" in source:
+                lines.append(f"  (line {source.count(chr(10), 0, at) + 1})")
+            lines.append(f"  {row}")
+            lines.append("  " + " " * (at - start) + "^")
     _fail("\n".join(lines))
 
 
@@ -72,6 +84,9 @@ def add(name: str, filter_: str, convert: str | None, kinds: str, include_curren
         _expression_error(exc, what)
     except ListenerError as exc:
         _fail(f"error: {exc}")
+    if spec.lease is not None and spec.lease < MIN_LEASE:
+        _fail(f"error: --lease {lease} is shorter than {MIN_LEASE.total_seconds():.0f}s: `fifolane listen` renews a "
+              "lease after a third of it, and a shorter one runs out before a worker has seen it")
     try:  # refused before anything is written, or Kafka is asked, if it can never work (listeners.validate)
         from listeners.validate import check_registration, load_catalog
 
@@ -220,7 +235,7 @@ def remove_(name: str) -> None:
 @click.argument("name")
 @click.option("--from-beginning", is_flag=True, help="Read the output topic from its start.")
 @click.option("--max", "max_", type=click.IntRange(min=1), default=None, help="Stop after N.")
-@click.option("--timeout", type=float, default=None, help="Stop after this many idle seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Stop after this many idle seconds.")
 def listen(name: str, from_beginning: bool, max_: int | None, timeout: float | None) -> None:
     """Print listener NAME's notifications as JSON lines (duplicates dropped, lease renewed)."""
     from fifolane.access import KafkaAccess

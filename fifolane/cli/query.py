@@ -48,6 +48,12 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
     return value
 
 
+def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value:
+        raise click.BadParameter("give a FIFO group value: it must not be empty")
+    return value
+
+
 def _client(urls: tuple[str, ...], group_id: str | None, token_file: Path | None,
             ca_file: Path | None, timeout: float) -> Any:
     from fifolane.cli.connect import check_reachable, logged
@@ -112,7 +118,8 @@ def _get(client: Any, timeout: float, *args: Any, **kw: Any) -> Any:
 @click.command()
 @click.argument("type_name", metavar="TYPE")
 @click.argument("key")
-@click.option("--group", default=None, help="The entity's FIFO group, if known (skips the directory look-up).")
+@click.option("--group", default=None, callback=_not_empty,
+              help="The entity's FIFO group, if known (skips the directory look-up).")
 @_common
 def get(type_name: str, key: str, group: str | None, as_json: bool, urls: tuple[str, ...],
         group_id: str | None, stale: bool, min_position: int | None, token_file: Path | None,
@@ -142,7 +149,7 @@ def get(type_name: str, key: str, group: str | None, as_json: bool, urls: tuple[
 
 
 @click.command()
-@click.option("--group", "group", required=True, help="The FIFO group to read.")
+@click.option("--group", "group", required=True, callback=_not_empty, help="The FIFO group to read.")
 @click.option("--type", "type_name", default=None, help="Only entities of this type.")
 @click.option("--prefix", default=None, help="Only keys starting with this (needs --type).")
 @click.option("--start", default=None, help="Only keys >= this (needs --type).")

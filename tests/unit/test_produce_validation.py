@@ -175,6 +175,8 @@ def test_send_api(tmp_path: Path) -> None:
         assert producer.send_raw(None, b"no headers", source_headers=False) is None
         with pytest.raises(ValidationError, match=r"field 'flight_number': missing \(required: the FIFO-group"):
             producer.send("flight", {"version": 5}, op="delete")
+        with pytest.raises(ValidationError, match=r"field 'flight_number': empty \(required: the FIFO-group"):
+            producer.send("flight", {"flight_number": "", "version": 5}, op="delete")  # a worker dead-letters it
     assert fake.records[2]["headers"] == {"fifolane.source": b"test", "fifolane.seq": b"2", "x": b"y"}
     assert fake.records[3]["headers"] == {}
 
