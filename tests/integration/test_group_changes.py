@@ -11,6 +11,7 @@ and with the move-out racing newer updates in the old group.
 
 from __future__ import annotations
 
+import json
 import random
 import struct
 import zlib
@@ -177,6 +178,7 @@ def test_a_delete_in_a_group_the_entity_was_moved_out_of_removes_its_copy_elsewh
     """E1 moves a -> b, and only once a holds the move-out's tombstone does a delete come in
     a, at a higher version: the copy in b must go (no claim was made for it once)."""
     a, b = "FA1", next(f"FB{i}" for i in range(10) if zlib.crc32(f"FB{i}".encode()) % 3 != zlib.crc32(b"FA1") % 3)
+    register(settings, ListenerSpec(name="all", filter="true"))
     first: list[Op] = [("E1", a, 1, False), ("E1", b, 2, False), ("E2", a, 1, False)]
     workers = _workers(settings, tmp_path, 1)
     workers[0].start()
@@ -191,6 +193,11 @@ def test_a_delete_in_a_group_the_entity_was_moved_out_of_removes_its_copy_elsewh
     finally:
         workers[0].kill()
     assert set(_observed(settings)[1]) == {"reservation/E2"}
+    # The move a -> b is a removal in a with moved_to b; the delete that won in a is no move:
+    # b's copy goes with a plain removal.
+    notes = [json.loads(m.value()) for m in consume_all(settings, settings.listener_output_topic)]
+    removed = {(n["version"], n.get("moved_to")) for n in notes if n["key"] == "E1" and n["kind"] == "removed"}
+    assert removed == {(2, b), (3, None)}, notes
 
 
 def test_forged_directory_records_neither_stop_the_owner_nor_misplace_entities(
