@@ -106,11 +106,11 @@ class ListenerClient:
             if note is None or note.get("listener") != self.name:
                 self._skip(msg, "not a notification (a JSON object) of this listener")
                 continue
-            partition, seq = note.get("partition"), note.get("seq")
-            if type(partition) is not int or type(seq) is not int:
-                self._skip(msg, "a notification without an integer partition and seq")
+            why = _malformed(note)
+            if why is not None:
+                self._skip(msg, why)
                 continue
-            if self.tracker.accept(self.name, partition, seq):
+            if self.tracker.accept(self.name, note["partition"], note["seq"]):
                 out.append(note)
         return out
 
@@ -140,6 +140,23 @@ class ListenerClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_KINDS = frozenset({"created", "modified", "removed"})
+
+
+def _malformed(note: dict[str, Any]) -> str | None:
+    """What makes ``note`` no notification (docs/formats.md); None: it has the shape of one.
+    A forged sequence number past what a worker writes would make every real one look like a
+    duplicate: partition and seq are checked for range too."""
+    partition, seq = note.get("partition"), note.get("seq")
+    if type(partition) is not int or not 0 <= partition < 1 << 31:
+        return "a notification needs a partition (an int from 0)"
+    if type(seq) is not int or not 0 <= seq < 1 << 63:
+        return "a notification needs a seq (a signed 64-bit int from 0)"
+    if note.get("kind") not in _KINDS or not isinstance(note.get("type"), str) or not isinstance(note.get("key"), str):
+        return "a notification needs a kind (created, modified, removed), a type and a key (strings)"
+    return None
 
 
 class MaterializedView:

@@ -30,7 +30,7 @@ import cel
 
 from fifolane.errors import ExpressionError
 from listeners._lexer import LexError, Token, tokenize
-from listeners._parser import Lit, MapLit, Node, ParseError, parse
+from listeners._parser import Lit, MapLit, Node, ParseError, Unary, parse
 from listeners.analysis import WHOLE, EqualityConjunct, analyse, result_shape
 from listeners.cost import (
     LIMITS,
@@ -347,10 +347,11 @@ def _check_map_keys(role: str, src: str, root: Node) -> None:
             continue
         seen: dict[Any, str] = {}
         for key, _value in node.entries:
-            if not isinstance(key, Lit):
-                continue
+            if not isinstance(key, Lit) and not (isinstance(key, Unary) and key.op == "-"
+                                                 and isinstance(key.operand, Lit)):
+                continue  # computed at run time: not known here
             try:
-                v = cel.evaluate(key.text)
+                v = cel.evaluate(src[key.start:key.end])
             except Exception:  # noqa: BLE001 - a literal the library reads otherwise: not checked
                 continue
             if not isinstance(v, (str, int)):  # a key of another type: refused by its type check

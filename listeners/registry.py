@@ -129,6 +129,11 @@ def ensure_output_topic(settings: Settings, topic: str) -> int:
 
 def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
     """Read the whole registry (committed records) and fold it."""
+    return _read_registry(settings, timeout)[0]
+
+
+def _read_registry(settings: Settings, timeout: float = 30.0) -> tuple[RegistryState, int]:
+    """The registry folded, and the offset it was read to (the log end when asked)."""
     KafkaAccess(settings.kafka_config()).login()  # a wrong password: said at once, not a time-out
     state = RegistryState()
     topic = settings.registry_topic
@@ -140,32 +145,66 @@ def read_registry(settings: Settings, timeout: float = 30.0) -> RegistryState:
             raise ListenerError(f"{who} may not read listener registrations: it lacks READ on the registry "
                                 f"topic {topic!r} (docs/security.md)")
         if md is None or md.error is not None:
-            return state
-        tp = TopicPartition(topic, 0)
-        high = _log_end(settings, tp, timeout)
-        if high <= 0:
-            return state
-        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + timeout
-        while True:
-            if time.monotonic() > deadline:
-                raise ListenerError(f"reading the registry {topic!r} timed out after {timeout}s")
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    if (msg.offset() or 0) >= high:
-                        return state
-                    continue
-                raise ListenerError(f"reading the registry {topic!r}: {err}")
+            return state, 0
+        high = _log_end(settings, TopicPartition(topic, 0), timeout)
+
+        def fold(msg: Any) -> None:
             key = (msg.key() or b"").decode("utf-8", "replace")
             state.apply(RegistryRecord(key, msg.value(), msg.offset() or 0))
-            if (msg.offset() or 0) + 1 >= high:
-                return state
+        _scan(consumer, topic, OFFSET_BEGINNING, high, timeout, fold)
+        return state, high
     finally:
         consumer.close()
+
+
+def _scan(consumer: Consumer, topic: str, start: int, high: int, timeout: float, each: Any) -> None:
+    """Hand ``each`` every committed record of the registry from ``start`` up to ``high``."""
+    if high <= 0 or (start >= 0 and start >= high):
+        return
+    consumer.assign([TopicPartition(topic, 0, start)])
+    deadline = time.monotonic() + timeout
+    while True:
+        if time.monotonic() > deadline:
+            raise ListenerError(f"reading the registry {topic!r} timed out after {timeout}s")
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                if (msg.offset() or 0) >= high:
+                    return
+                continue
+            raise ListenerError(f"reading the registry {topic!r}: {err}")
+        if (msg.offset() or 0) >= high:
+            return
+        each(msg)
+        if (msg.offset() or 0) + 1 >= high:
+            return
+
+
+_NOTHING = object()
+
+
+def _written_meanwhile(settings: Settings, name: str, start: int, stop: int, timeout: float = 30.0) -> Any:
+    """The last value written under ``name`` at offsets ``start`` up to ``stop`` (the registry
+    as read before a write, and that write's offset): another client's write made in
+    between, which ours would overwrite; :data:`_NOTHING` if there was none."""
+    found: list[bytes | None] = []
+    consumer = registry_consumer(settings)
+    try:
+        _scan(consumer, settings.registry_topic, start, stop, timeout,
+              lambda msg: found.append(msg.value()) if msg.key() == name.encode() else None)
+    finally:
+        consumer.close()
+    return found[-1] if found else _NOTHING
+
+
+def _spec_or_none(value: bytes | None) -> ListenerSpec | None:
+    try:
+        return None if value is None else ListenerSpec.from_json(value)
+    except Exception:  # noqa: BLE001 - a record that is not a registration
+        return None
 
 
 def _log_end(settings: Settings, tp: TopicPartition, timeout: float) -> int:
@@ -202,12 +241,17 @@ def get_listener(settings: Settings, name: str) -> ListenerSpec:
 
 
 # -- writing -------------------------------------------------------------------------------
-def _write(settings: Settings, key: str, value: bytes | None) -> None:
+def _write(settings: Settings, key: str, value: bytes | None) -> int:
+    """Write one registry record; its offset."""
     errors: list[str] = []
 
-    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+    offsets: list[int] = []
+
+    def on_delivery(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             errors.append(str(err))
+        else:
+            offsets.append(msg.offset())
 
     # Retried as long as `fifolane produce` does (longer than a leader election), and waited for.
     timeout_s = DEFAULT_DELIVERY_TIMEOUT_S
@@ -221,6 +265,7 @@ def _write(settings: Settings, key: str, value: bytes | None) -> None:
             f"{errors[0] if errors else f'not delivered within {timeout_s + 10:.0f}s'}; check the "
             f"cluster (`fifolane kafka status`) and try again"
         )
+    return offsets[0]
 
 
 def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
@@ -249,7 +294,7 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     access = KafkaAccess(settings.kafka_config())
     check_registry_access(settings, access)
     ensure_registry_topic(settings)
-    state = read_registry(settings)
+    state, end = _read_registry(settings)
     existing = state.listeners.get(spec.name)
     same = existing is not None and same_definition(existing, spec)
     if existing is not None and same:
@@ -270,21 +315,18 @@ def register(settings: Settings, spec: ListenerSpec, replace: bool = False, *,
     check_output_topic(settings, access, topic, {s.topic(settings) for s in state.listeners.values()})
     ensure_output_topic(settings, topic)
     spec = dataclasses.replace(spec, principal=access.principal)
-    _write(settings, spec.name, spec.to_json())
-    _check_kept(settings, spec)
+    at = _write(settings, spec.name, spec.to_json())
+    other = _written_meanwhile(settings, spec.name, end, at)
+    if other is not _NOTHING:  # two adds (or an add and a remove) of one name at once: the first stands
+        _write(settings, spec.name, other)
+        theirs = _spec_or_none(other)
+        if theirs is not None and same_definition(theirs, spec):
+            return theirs
+        what = "removed it" if other is None else f"registered it (filter {theirs.filter!r})" if theirs else "wrote it"
+        raise ListenerError(f"listener {spec.name!r} was changed at the same time: another client {what} "
+                            f"first, and that stands. Check `fifolane listeners describe {spec.name}` and add it "
+                            "again if needed")
     return spec
-
-
-def _check_kept(settings: Settings, spec: ListenerSpec) -> None:
-    """Read back what a registration wrote: two `listeners add` of one name at once both
-    read the registry before either wrote, and the later write wins. The one that lost is
-    told so (a race read-back narrows, not closes: the other write may still be on its way)."""
-    now = read_registry(settings).listeners.get(spec.name)
-    if now is not None and now.created_at == spec.created_at and same_definition(now, spec):
-        return
-    other = "it was removed" if now is None else f"another registration replaced it (filter {now.filter!r})"
-    raise ListenerError(f"listener {spec.name!r} was changed at the same time: {other}. Check `fifolane listeners "
-                        f"describe {spec.name}` and add it again if needed")
 
 
 def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec | None:
@@ -293,11 +335,18 @@ def renew(settings: Settings, spec: ListenerSpec) -> ListenerSpec | None:
     None, and nothing written, when ``spec`` is no longer the registration of its name: it
     was removed, or replaced (another ``created_at`` or definition). A renewal written then
     would bring the old registration back."""
-    current = read_registry(settings).listeners.get(spec.name)
+    state, end = _read_registry(settings)
+    current = state.listeners.get(spec.name)
     if current is None or current.created_at != spec.created_at or not same_definition(current, spec):
         return None
     renewed = current.renewed()
-    _write(settings, spec.name, renewed.to_json())
+    at = _write(settings, spec.name, renewed.to_json())
+    other = _written_meanwhile(settings, spec.name, end, at)
+    if other is not _NOTHING:
+        theirs = _spec_or_none(other)
+        if theirs is None or theirs.created_at != spec.created_at or not same_definition(theirs, spec):
+            _write(settings, spec.name, other)  # removed or replaced meanwhile: that stands
+            return None
     return renewed
 
 

@@ -8,6 +8,7 @@ exit code 2.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
@@ -34,6 +35,12 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+def _finite(value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    return value
+
+
 def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
     text = str(exc)  # compile errors already start with "invalid filter/converter": they know best
     known = text.startswith(("invalid filter", "invalid converter"))
@@ -50,7 +57,7 @@ def _expression_error(exc: ExpressionError, what: str) -> NoReturn:
             if "\n" in source:
                 lines.append(f"  (line {source.count(chr(10), 0, at) + 1})")
             lines.append(f"  {row}")
-            lines.append("  " + " " * (at - start) + "^")
+            lines.append("  " + "".join("\t" if c == "\t" else " " for c in row[:at - start]) + "^")
     _fail("\n".join(lines))
 
 
@@ -235,7 +242,8 @@ def remove_(name: str) -> None:
 @click.argument("name")
 @click.option("--from-beginning", is_flag=True, help="Read the output topic from its start.")
 @click.option("--max", "max_", type=click.IntRange(min=1), default=None, help="Stop after N.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, help="Stop after this many idle seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=None, callback=lambda ctx, param, v: _finite(v),
+              help="Stop after this many idle seconds.")
 def listen(name: str, from_beginning: bool, max_: int | None, timeout: float | None) -> None:
     """Print listener NAME's notifications as JSON lines (duplicates dropped, lease renewed)."""
     from fifolane.access import KafkaAccess

@@ -50,7 +50,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float) -> float
 
 def _not_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None and not value:
-        raise click.BadParameter("give a FIFO group value: it must not be empty")
+        what = {"key": "an entity key", "type_name": "an entity type"}.get(param.name or "", "a FIFO group value")
+        raise click.BadParameter(f"give {what}: it must not be empty")
     return value
 
 
@@ -116,8 +117,8 @@ def _get(client: Any, timeout: float, *args: Any, **kw: Any) -> Any:
 
 
 @click.command()
-@click.argument("type_name", metavar="TYPE")
-@click.argument("key")
+@click.argument("type_name", metavar="TYPE", callback=_not_empty)
+@click.argument("key", callback=_not_empty)
 @click.option("--group", default=None, callback=_not_empty,
               help="The entity's FIFO group, if known (skips the directory look-up).")
 @_common

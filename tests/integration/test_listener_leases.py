@@ -99,6 +99,11 @@ def test_records_that_are_not_notifications_are_skipped_not_fatal(settings: Sett
                            (b"[" * 100_000, [(HEADER_LISTENER, b"mine")]),  # nested too deep
                            (b'{"listener": "mine", "partition": "x", "seq": null}', None),
                            (b"{}", [(HEADER_LISTENER, b"other")]),  # another listener's: skipped silently
+                           # shaped like one but not one: a seq past a worker's (every real one
+                           # would look like a duplicate), a negative partition, no kind/type/key
+                           (b'{"listener": "mine", "partition": 0, "seq": 99999999999999999999999}', None),
+                           (b'{"listener": "mine", "partition": -1, "seq": -5}', None),
+                           (b'{"listener": "mine", "partition": 0, "seq": 7}', None),
                            (note(2), [(HEADER_LISTENER, b"mine")])]:
         producer.produce(topic, value, b"reservation/K", partition=0, headers=headers)
     assert producer.flush(10) == 0
@@ -106,24 +111,52 @@ def test_records_that_are_not_notifications_are_skipped_not_fatal(settings: Sett
     with ListenerClient(settings, "mine", from_beginning=True) as client, caplog.at_level(logging.WARNING):
         wait_until(lambda: bool(got.extend(client.poll(0.2))) or len(got) >= 2, timeout=30,
                    message=lambda: f"{got}")
-        assert client.skipped == 3
+        assert client.skipped == 6
     assert [n["seq"] for n in got] == [1, 2]
     assert "skipped: not a notification" in caplog.text
 
 
-def test_an_add_that_lost_a_race_for_its_name_is_told(settings: Settings, topics: Any,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two `listeners add` of one name at once: the other one's write lands after ours."""
+def _first(monkeypatch: pytest.MonkeyPatch, when: bytes, key: str, value: bytes | None) -> None:
+    """Another client's write of ``key`` lands between our read of the registry and our
+    write of a value containing ``when``."""
     import listeners.registry as registry
 
     write = registry._write
 
-    def racing(s: Settings, key: str, value: bytes | None) -> None:
-        write(s, key, value)
-        if value is not None and b"value.seats > 1" in value:
-            write(s, key, ListenerSpec(name="race", filter="value.seats > 5").to_json())
+    def racing(s: Settings, k: str, v: bytes | None) -> int:
+        if v is not None and when in v:
+            write(s, key, value)
+        return write(s, k, v)
     monkeypatch.setattr(registry, "_write", racing)
-    with pytest.raises(ListenerError, match=r"'race' was changed at the same time: another registration "
-                                            r"replaced it \(filter 'value.seats > 5'\)"):
+
+
+def test_an_add_that_lost_a_race_for_its_name_is_told(settings: Settings, topics: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `listeners add` of one name at once: the other one wrote first, and it stands."""
+    theirs = ListenerSpec(name="race", filter="value.seats > 5")
+    _first(monkeypatch, b"value.seats > 1", "race", theirs.to_json())
+    with pytest.raises(ListenerError, match=r"'race' was changed at the same time: another client registered "
+                                            r"it \(filter 'value.seats > 5'\) first, and that stands"):
         register(settings, ListenerSpec(name="race", filter="value.seats > 1"))
-    assert get_listener(settings, "race").filter == "value.seats > 5"
+    now = get_listener(settings, "race")
+    assert (now.filter, now.created_at) == ("value.seats > 5", theirs.created_at)
+
+
+def test_two_adds_of_one_definition_at_once_both_succeed(settings: Settings, topics: Any,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    theirs = ListenerSpec(name="twin", filter="value.seats > 1")
+    _first(monkeypatch, b'"twin"', "twin", theirs.to_json())
+    done = register(settings, ListenerSpec(name="twin", filter="value.seats > 1"))
+    assert done.created_at == theirs.created_at == get_listener(settings, "twin").created_at
+
+
+def test_a_renewal_racing_a_remove_leaves_it_removed(settings: Settings, topics: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`listeners remove` lands between a running listen's read of the registry and its
+    renewal: the removal stands (with a 1 s lease, renewals come every 0.33 s)."""
+    spec = register(settings, ListenerSpec(name="short", filter="true", lease=timedelta(seconds=1)))
+    _first(monkeypatch, b'"renewed_at":"', "short", None)
+    with ListenerClient(settings, "short", spec=spec) as client:
+        client.renew()
+        assert client._next_renewal is None  # renewals stop
+    assert list_listeners(settings) == []

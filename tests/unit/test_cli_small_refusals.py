@@ -23,12 +23,16 @@ def test_a_lease_shorter_than_a_second_is_refused() -> None:
 def test_a_negative_listen_timeout_is_a_usage_error() -> None:
     code, out = _run("listen", "x", "--timeout", "-1")
     assert code == 2 and "Invalid value for '--timeout': -1.0 is not in the range x>=0" in out
+    code, out = _run("listen", "x", "--timeout", "nan")  # it never stopped
+    assert code == 2 and "Invalid value for '--timeout': nan is not a number of seconds" in out
 
 
 def test_an_empty_group_is_a_usage_error() -> None:
     for args in (("scan", "--group", ""), ("get", "reservation", "R1", "--group", "")):
         code, out = _run(*args)
         assert code == 2 and "Invalid value for '--group': give a FIFO group value: it must not be empty" in out
+    code, out = _run("get", "reservation", "")
+    assert code == 2 and "Invalid value for 'KEY': give an entity key: it must not be empty" in out
 
 
 def test_the_caret_of_a_multi_line_expression_is_under_its_line() -> None:
@@ -38,3 +42,10 @@ def test_the_caret_of_a_multi_line_expression_is_under_its_line() -> None:
     lines = out.splitlines()
     assert lines[0].startswith("error: invalid filter")
     assert lines[1:] == ["  (line 2)", "    value.amount >", "  " + " " * len("  value.amount >") + "^"]
+
+
+def test_the_caret_keeps_the_tabs_of_its_line() -> None:
+    source = "{\n\t\"a\": nope}"
+    code, out = _run("listeners", "add", "x", "--filter", "true", "--convert", source)
+    assert code == 2
+    assert out.splitlines()[-2:] == ["  \t\"a\": nope}", "  \t" + " " * len('"a": ') + "^"]

@@ -154,6 +154,8 @@ def test_filter_and_converter_evaluate() -> None:
     ('{1: 1, 1u: 2}', "1u", "1"),
     ('{1: "a", "1": "b"}', '"1"', "1"),  # one key in the notification's JSON
     ('{"id": key, "more": {"x": 1, "x": 2}}', '"x"', '"x"'),  # in a nested map too
+    ('{-1: value.seats, "-1": "x"}', '"-1"', "-1"),  # a negative literal
+    ('{-0: value.seats, 0: "x"}', "0", "-0"),
 ])
 def test_map_keys_that_collide_are_refused_with_the_position(src: str, key: str, repeats: str) -> None:
     with pytest.raises(ExpressionError) as info:
