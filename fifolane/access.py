@@ -105,6 +105,12 @@ class TopicAccess:
         return self.operations is None or operation.upper() in self.operations
 
 
+#: Errors of a describe that another try may not have (a broker frozen or restarting).
+_TRANSIENT = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+                        KafkaError.REQUEST_TIMED_OUT, KafkaError.LEADER_NOT_AVAILABLE,
+                        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NETWORK_EXCEPTION})
+
+
 class KafkaAccess:
     """Login and permission checks with one admin client (``conf``: librdkafka settings)."""
 
@@ -161,25 +167,34 @@ class KafkaAccess:
         names = sorted(set(names))
         if not names:
             return {}
-        futures = self.admin.describe_topics(TopicCollection(names), include_authorized_operations=True,
-                                             request_timeout=self.timeout)
         out: dict[str, TopicAccess] = {}
-        for name, future in futures.items():
-            try:
-                desc = future.result()
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                code = err.code() if err is not None else None
-                if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                    out[name] = TopicAccess(name, exists=True, denied=True, operations=frozenset())
-                elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                    out[name] = TopicAccess(name, exists=False)
-                else:
-                    raise ConfigError(f"cannot describe topic {name!r}: {exc}") from exc
-                continue
-            ops = desc.authorized_operations
-            out[name] = TopicAccess(name, exists=True, operations=None if ops is None else
-                                    frozenset(op.name for op in ops))  # fmt: skip
+        deadline = time.monotonic() + self.timeout
+        while names:
+            futures = self.admin.describe_topics(TopicCollection(names), include_authorized_operations=True,
+                                                 request_timeout=max(1.0, deadline - time.monotonic()))
+            again: list[str] = []  # a broker that did not answer (frozen, restarting): asked again
+            for name, future in futures.items():
+                try:
+                    desc = future.result()
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    code = err.code() if err is not None else None
+                    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        out[name] = TopicAccess(name, exists=True, denied=True, operations=frozenset())
+                    elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+                        out[name] = TopicAccess(name, exists=False)
+                    elif code in _TRANSIENT and time.monotonic() < deadline - 1.0:
+                        again.append(name)
+                    else:
+                        raise ConfigError(f"cannot describe topic {name!r}: {exc}") from exc
+                    continue
+                ops = desc.authorized_operations
+                out[name] = TopicAccess(name, exists=True, operations=None if ops is None else
+                                        frozenset(op.name for op in ops))  # fmt: skip
+            if again:
+                log.info("describing topics %s again: a broker did not answer in time", ", ".join(again))
+                time.sleep(0.2)
+            names = again
         return out
 
     def group_allows(self, group: str, operation: str = "READ") -> bool:

@@ -164,7 +164,7 @@ class KafkaClients:
 
     def __init__(self, base: dict[str, Any]) -> None:
         self._base = base  # connection settings (Settings.kafka_config())
-        self._ids: dict[str, tuple[str, float]] = {}
+        self._ids: dict[str, tuple[str | None, float]] = {}
         self._ids_lock = threading.Lock()
 
     def consumer(self, conf: dict[str, Any]) -> WorkerConsumer:
@@ -189,25 +189,28 @@ class KafkaClients:
         """A plain consumer for reading a changelog (confluent-kafka's own)."""
         return Consumer({**self._base, **conf})
 
-    def topic_id(self, topic: str, timeout: float = 10.0) -> str | None:
+    def topic_id(self, topic: str, timeout: float = 5.0) -> str | None:
         """Kafka's id of ``topic`` (None: not known now): a topic deleted and created again
         has a new one, so a restore tells a store built from the earlier topic
-        (services.worker.restore ``foreign``)."""
+        (services.worker.restore ``foreign``). An answer, or the lack of one, is kept for
+        :data:`ID_TTL_S`: the restores of one assignment ask together, and a broker that does
+        not answer (frozen, restarting) must not hold each of them up in turn."""
         with self._ids_lock:
             hit = self._ids.get(topic)
             if hit is not None and time.monotonic() - hit[1] < self.ID_TTL_S:
                 return hit[0]
-            access = KafkaAccess(self._base, timeout)
-            try:
-                futures = access.admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
-                found = str(futures[topic].result(timeout).topic_id)
-            except Exception as exc:  # noqa: BLE001 - not known: the restore checks offsets only
-                log.info("the id of topic %r not read (%s): its restores check offsets only", topic, exc)
-                return None
-            finally:
-                access.close()
+        found: str | None = None
+        access = KafkaAccess(self._base, timeout)
+        try:
+            futures = access.admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)
+            found = str(futures[topic].result(timeout).topic_id)
+        except Exception as exc:  # noqa: BLE001 - not known: the restore checks offsets only
+            log.info("the id of topic %r not read (%s): its restores check offsets only", topic, exc)
+        finally:
+            access.close()
+        with self._ids_lock:
             self._ids[topic] = (found, time.monotonic())
-            return found
+        return found
 
     def topic_configs(self, names: list[str], timeout: float = 30.0, *,
                       need: Mapping[str, Collection[str]] | None = None,

@@ -4,6 +4,7 @@ that is not mapped fails here)."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -245,3 +246,41 @@ def test_a_transaction_reports_the_refused_record_not_its_batch_mates() -> None:
     report(KafkaError(KafkaError._INVALID_DIFFERENT_RECORD), _Msg("a"))  # type: ignore[arg-type]
     mate = report.take()
     assert mate is not None and mate[1].refused and isinstance(mate[1], RecordRefusedError)
+
+
+def test_a_topic_description_that_times_out_is_asked_again_within_the_time_out() -> None:
+    """A worker starting while a broker is frozen: the first describe times out (CI: the
+    worker exited with 'cannot describe topic ... Local: Timed out'); the next one answers."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from fifolane.access import KafkaAccess
+    from fifolane.errors import ConfigError
+
+    def answer(result: Any) -> Future[Any]:
+        f: Future[Any] = Future()
+        if isinstance(result, BaseException):
+            f.set_exception(result)
+        else:
+            f.set_result(result)
+        return f
+
+    timed_out = KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for response from broker"))
+    replies = [{"a": answer(timed_out), "b": answer(SimpleNamespace(authorized_operations=None))},
+               {"a": answer(SimpleNamespace(authorized_operations=None))}]
+    asked: list[list[str]] = []
+
+    class _Admin:
+        def describe_topics(self, topics: Any, **kw: Any) -> dict[str, Future[Any]]:
+            asked.append(sorted(topics.topic_names))
+            return replies.pop(0)
+
+    access = KafkaAccess({"bootstrap.servers": "127.0.0.1:1"}, timeout=10)
+    access.admin, access._logged_in = _Admin(), True  # type: ignore[assignment]
+    found = access.topics(["a", "b"])
+    assert asked == [["a", "b"], ["a"]]
+    assert found["a"].exists and found["b"].exists
+    access.timeout = 0.5  # no time left for another try: said as before
+    replies.append({"a": answer(timed_out)})
+    with pytest.raises(ConfigError, match=r"cannot describe topic 'a': .*Timed out|Failed while waiting"):
+        access.topics(["a"])
