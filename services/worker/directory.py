@@ -281,7 +281,7 @@ def move_out(table: Any, move: MoveOut, partition: int, offset: int, ts: int,
     # Remove it here, keeping the winner's version so older events of this group are stale.
     gone = Row(move.version, True, old.group if old is not None else move.group, None)
     # (a deletion that won in another group is no move: its listeners get a plain `removed`)
-    table.write(move.key, gone, None, offset, ts, moved_to=None if move.to_deleted else move.to_group)
+    table.write(move.key, gone, None, offset, ts, moved_to=move.to_group, deleted_there=move.to_deleted)
     table.stats.state_writes += 1
     return old is not None and not old.deleted
 

@@ -150,11 +150,14 @@ class TableApplier:
         return APPLIED
 
     def write(self, ekey: bytes, new: Row, record: dict[str, Any] | None, offset: int | None,
-              ts: int, *, moved_to: str | None = None, same_version: bool = False) -> int:
+              ts: int, *, moved_to: str | None = None, same_version: bool = False,
+              deleted_there: bool = False) -> int:
         """Apply a write of a whole row: a delete (``new.deleted``) or a handler's write.
         ``moved_to``: a move-out (services/worker/directory.py), already decided by its own
-        rule (which also settles equal versions), so not checked here. ``same_version``: the
-        write may have the applied version (a stage handler moving its entity on)."""
+        rule (which also settles equal versions), so not checked here; ``deleted_there``: the
+        winner in ``moved_to`` is a deletion (listeners hear a plain removal, no move).
+        ``same_version``: the write may have the applied version (a stage handler moving its
+        entity on)."""
         self.displaced = None
         old = self.prior(ekey, new.version + same_version) if moved_to is None else self.latest(ekey)
         if old is STALE:
@@ -182,7 +185,8 @@ class TableApplier:
         else:
             self._send(ekey, new)
         if self._sink is not None:
-            self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record, moved_to)
+            self._sink.on_change(self.partition, offset, ts, ekey, old_row, new, record,
+                                 None if deleted_there else moved_to)
         return APPLIED
 
     def send_unsent(self) -> None:
