@@ -93,6 +93,13 @@ class Bisection:
         """A transaction of ``count`` input records (the last one ``last``; ``ends``: per
         partition, the offset after the input it took) aborted."""
         self._settled.clear()
+        if exc.code == "_STATE" and self._reread is not None and self._reread():
+            # produce() refused because the transaction had already failed: its cause (a batch
+            # the broker refused, whose report an exactly-once producer does not get) is not
+            # said, and a lowered topic limit is the one the worker can find out about itself.
+            log.warning("the transaction failed before its commit (%s), and a topic's limit changed: "
+                        "replaying it against the limits as they are now", exc)
+            return
         if not exc.refused:  # records timed out: maybe to a topic deleted meanwhile (listeners.refusals)
             if self.answer is not None and self.answer(None, exc):
                 log.warning("records timed out (%s), and a topic they went to is gone: replaying the "

@@ -141,3 +141,25 @@ def test_a_refusal_no_input_record_produced_is_not_bisected() -> None:
     bisection.failed(refused, 0, None)
     bisection.failed(refused, 0, ("in", 0, 3))
     assert bisection.limit is None and bisection.poison_of(("in", 0, 3)) is None
+
+
+def test_a_transaction_failed_unsaid_reads_the_limits_again() -> None:
+    """produce() refused with _STATE: the transaction had already failed, and its cause (a
+    batch over a topic limit lowered meanwhile) was not said. CI counted 2 aborts for one
+    lowered limit: the replay was measured against the old limit. Now the limits are read
+    again first; when one changed, the replay goes on without bisecting or blaming a record."""
+    from fifolane.errors import KafkaClientError
+
+    rereads: list[bool] = []
+
+    def reread(changed: bool) -> bool:
+        rereads.append(changed)
+        return changed
+
+    state = KafkaClientError("produce to dir: Unable to produce message: Local: Erroneous state", code="_STATE")
+    changed = Bisection(_Producer(), lambda: reread(True))  # type: ignore[arg-type]
+    changed.failed(state, 40, ("in", 0, 39))
+    assert rereads == [True] and not changed.active
+    same = Bisection(_Producer(), lambda: reread(False))  # type: ignore[arg-type]
+    same.failed(state, 40, ("in", 0, 39))  # not refused: replayed as before, nothing bisected
+    assert rereads == [True, False] and not same.active
