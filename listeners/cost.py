@@ -45,7 +45,7 @@ from listeners._parser import (
 )
 from listeners.analysis import MACROS
 
-__all__ = ["LIMITS", "CostLimitError", "CostLimits", "check_source", "check_tokens", "check_tree",
+__all__ = ["LIMITS", "CostLimitError", "CostLimits", "check_source", "check_tokens", "check_tree", "children",
            "estimate", "estimate_unparsed"]  # fmt: skip
 
 
@@ -107,7 +107,8 @@ def check_tokens(tokens: list[Token], limits: CostLimits = LIMITS) -> None:
             depth -= 1
 
 
-def _children(node: Node) -> list[Node]:
+def children(node: Node) -> list[Node]:
+    """The nodes right under ``node``."""
     if isinstance(node, (Select, Unary)):
         return [node.operand]
     if isinstance(node, Index):
@@ -136,7 +137,7 @@ def check_tree(root: Node, limits: CostLimits = LIMITS) -> None:
                 f"operators nested more than {limits.max_nesting} deep (limit {limits.max_nesting}); "
                 f"split a long chain of && / || / + or use `in [...]`", node.start
             )
-        stack.extend((child, depth + 1) for child in _children(node))
+        stack.extend((child, depth + 1) for child in children(node))
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from listeners.cost import (
     check_source,
     check_tokens,
     check_tree,
+    children,
     estimate,
     estimate_unparsed,
 )
@@ -326,15 +327,13 @@ def _compile(src: str, role: str) -> CompiledExpr:
                         native, comparisons, cost)  # fmt: skip
 
 
-def _nodes(node: Node) -> Any:
-    """``node`` and every node under it (the tree's depth is bounded by ``check_tree``)."""
-    yield node
-    for child in vars(node).values():
-        items = child if isinstance(child, (list, tuple)) else (child,)
-        for item in items:
-            for sub in (item if isinstance(item, tuple) else (item,)):
-                if isinstance(sub, Node):
-                    yield from _nodes(sub)
+def _nodes(root: Node) -> Any:
+    """``root`` and every node under it."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(children(node))
 
 
 def _check_map_keys(role: str, src: str, root: Node) -> None:
